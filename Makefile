@@ -1,0 +1,32 @@
+# The README's commands.  Each target creates .venv if needed and reinstalls
+# shardvol (compiling its C/Cython core) when a source file changed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SOURCES := pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h shardvol/_ext/*.pyx shardvol/_ext/*.pxd)
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed-demo: $(BIN)/python $(SOURCES)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(BIN)/python $(SOURCES)
+	$(BIN)/pip install --quiet -e ".[test,dask]"
+	touch $@ $(VENV)/.installed-demo
+
+demo: $(VENV)/.installed-demo
+	$(BIN)/python -m shardvol.demo
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/bench_kernels.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info shardvol/_ext/*.so shardvol/_ext/*.c

@@ -1,0 +1,38 @@
+"""Extension modules of shardvol; all metadata lives in pyproject.toml."""
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# Portable optimisation only: wheels must run on any x86-64 / aarch64 host.
+COMPILE_ARGS = ["-O3", "-Wall", "-Wno-unused-function"]
+INCLUDE_DIRS = ["csrc", np.get_include()]
+MACROS = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]
+
+
+def ext(name: str, *c_sources: str) -> Extension:
+    return Extension(
+        f"shardvol._ext.{name}",
+        [f"shardvol/_ext/{name}.pyx", *(f"csrc/{c}" for c in c_sources)],
+        include_dirs=INCLUDE_DIRS,
+        define_macros=MACROS,
+        extra_compile_args=COMPILE_ARGS,
+    )
+
+
+EXTENSIONS = [
+    ext("morton", "morton.c"),
+    ext("hashing", "murmurhash3.c"),
+]
+
+setup(
+    ext_modules=cythonize(
+        EXTENSIONS,
+        compiler_directives={
+            "language_level": 3,
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "embedsignature": True,
+        },
+    )
+)

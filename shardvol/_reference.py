@@ -1,0 +1,58 @@
+"""Pure-numpy versions of shardvol's C kernels: the readable spec and a test oracle.
+
+These are deliberately simple and slow; nothing in the library calls them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+def compressed_morton_code(grid_coords: np.ndarray, grid_size) -> np.ndarray:
+    """Compressed Morton code, bit by bit, exactly as the precomputed spec words it."""
+    coords = np.asarray(grid_coords, dtype=np.uint64).reshape(-1, 3)
+    size = [int(s) for s in grid_size]
+    out = np.zeros(len(coords), dtype=np.uint64)
+    j = 0
+    for i in range(64):
+        for dim in range(3):
+            if 2**i < size[dim]:
+                bit = (coords[:, dim] >> np.uint64(i)) & np.uint64(1)
+                out |= bit << np.uint64(j)
+                j += 1
+    if j > 64:
+        raise OverflowError(f"grid {size} needs {j} bits")
+    return out
+
+
+def _rotl32(x: np.ndarray, r: int) -> np.ndarray:
+    return ((x << np.uint64(r)) | (x >> np.uint64(32 - r))) & _M32
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(16))
+    h = (h * np.uint64(0x85EBCA6B)) & _M32
+    h = h ^ (h >> np.uint64(13))
+    h = (h * np.uint64(0xC2B2AE35)) & _M32
+    return h ^ (h >> np.uint64(16))
+
+
+def murmurhash3_x86_128_u64(keys: np.ndarray) -> np.ndarray:
+    """Low 64 bits of murmurhash3_x86_128(seed=0) of each key's 8 little-endian bytes."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    c1, c2, c3 = np.uint64(0x239B961B), np.uint64(0xAB0E9789), np.uint64(0x38B34AE5)
+    k1 = keys & _M32
+    k2 = keys >> np.uint64(32)
+    h1 = _rotl32((k1 * c1) & _M32, 15) * c2 & _M32
+    h2 = _rotl32((k2 * c2) & _M32, 16) * c3 & _M32
+    h3 = np.zeros_like(keys)
+    h4 = np.zeros_like(keys)
+    h1, h2, h3, h4 = (h ^ np.uint64(8) for h in (h1, h2, h3, h4))
+    h1 = (h1 + h2 + h3 + h4) & _M32
+    h2, h3, h4 = ((h + h1) & _M32 for h in (h2, h3, h4))
+    h1, h2, h3, h4 = (_fmix32(h) for h in (h1, h2, h3, h4))
+    h1 = (h1 + h2 + h3 + h4) & _M32
+    h2 = (h2 + h1) & _M32
+    return h1 | (h2 << np.uint64(32))

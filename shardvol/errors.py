@@ -1,0 +1,80 @@
+"""Exceptions raised by shardvol.
+
+Every user-facing failure is a :class:`ShardvolError`; the subclasses also
+derive from the matching built-in exception so ``except ValueError`` keeps
+working for callers who do not know shardvol.  Messages name the key, field
+or value at fault.
+"""
+
+from __future__ import annotations
+
+
+class ShardvolError(Exception):
+    """Base class of every shardvol exception."""
+
+
+class InvalidArgumentError(ShardvolError, ValueError):
+    """An argument has the wrong type, shape, dtype or value."""
+
+
+class MortonOverflowError(InvalidArgumentError, OverflowError):
+    """A grid needs more than 64 bits of compressed Morton code."""
+
+
+class InfoError(ShardvolError, ValueError):
+    """An info / zarr.json metadata document is missing a field or is invalid."""
+
+
+class StoreError(ShardvolError, OSError):
+    """A key-value store operation failed."""
+
+
+class InvalidKeyError(StoreError, ValueError):
+    """A store key is malformed (empty, absolute, or escaping the store root)."""
+
+
+class ByteRangeError(StoreError, ValueError):
+    """A requested byte range lies (partly) past the end of the stored value."""
+
+
+class UnsupportedSchemeError(StoreError, ValueError):
+    """No store backend is registered for a URL scheme."""
+
+
+class ReadOnlyStoreError(StoreError, PermissionError):
+    """A write was attempted on a store that cannot be written."""
+
+
+class ShardFormatError(ShardvolError, ValueError):
+    """A shard file (index, minishard index or data) is malformed."""
+
+
+class ChunkDecodeError(ShardvolError, ValueError):
+    """An encoded chunk cannot be decoded (corrupt, truncated, wrong size)."""
+
+
+class ChunkEncodeError(ShardvolError, ValueError):
+    """An array cannot be encoded with the requested chunk encoding."""
+
+
+class UnsupportedCodecError(ShardvolError, ValueError):
+    """An encoding, codec or data type is not supported."""
+
+
+class ChecksumError(ShardFormatError):
+    """A stored checksum does not match the data it covers."""
+
+
+class OutOfBoundsError(ShardvolError, IndexError):
+    """A selection reaches outside the volume's domain."""
+
+
+class MissingChunkError(ShardvolError, KeyError):
+    """A chunk is absent and the volume was opened with ``fill_missing=False``."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class WriteConflictError(ShardvolError, RuntimeError):
+    """Another writer changed a file between our read and our write."""

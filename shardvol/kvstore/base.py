@@ -1,0 +1,169 @@
+"""The key-value store contract every storage backend implements.
+
+Keys are ``/``-separated relative paths (``"8_8_8/0-64_0-64_0-64"``).  Values
+are bytes.  A byte range is ``(start, stop)`` with ``stop`` exclusive and
+``None`` meaning "to the end"; a negative ``start`` with ``stop=None`` asks for
+the last ``-start`` bytes (a suffix).  Missing keys read as ``None``; a range
+reaching past the end of a value raises :class:`ByteRangeError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional, Tuple, Union
+
+from shardvol.errors import ByteRangeError, InvalidKeyError, ReadOnlyStoreError
+
+ByteRange = Tuple[int, Optional[int]]
+Request = Union[str, Tuple[str, Optional[ByteRange]]]
+
+_io_pool: ThreadPoolExecutor | None = None
+_io_pool_lock = threading.Lock()
+
+
+def io_pool() -> ThreadPoolExecutor:
+    """The process-wide thread pool used for concurrent store I/O.
+
+    Only store I/O runs on it (tasks never submit back to it), so it cannot
+    deadlock when callers are themselves running on another pool.
+    """
+    global _io_pool
+    with _io_pool_lock:
+        if _io_pool is None:
+            _io_pool = ThreadPoolExecutor(
+                max_workers=min(32, 4 * (os.cpu_count() or 1)), thread_name_prefix="shardvol-io"
+            )
+        return _io_pool
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a valid relative key, else raise InvalidKeyError."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKeyError(f"store key must be a non-empty string, got {key!r}")
+    if key.startswith("/") or "\\" in key or "\0" in key:
+        raise InvalidKeyError(f"store key {key!r} must be a relative '/'-separated path")
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise InvalidKeyError(f"store key {key!r} has an empty, '.' or '..' component")
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Validate a listing prefix (may be empty or end with '/')."""
+    if prefix:
+        check_key(prefix.rstrip("/") or "x")
+    return prefix
+
+
+def resolve_range(byte_range: ByteRange | None, size: int, key: str) -> tuple[int, int]:
+    """Absolute ``[start, stop)`` of ``byte_range`` in a value of ``size`` bytes."""
+    if byte_range is None:
+        return 0, size
+    start, stop = byte_range
+    if start < 0:
+        if stop is not None:
+            raise ByteRangeError(f"suffix byte range {byte_range} of {key!r} must have stop=None")
+        if -start > size:
+            raise ByteRangeError(
+                f"suffix of {-start} bytes requested from {key!r}, which has only {size} bytes"
+            )
+        return size + start, size
+    stop = size if stop is None else stop
+    if stop < start:
+        raise ByteRangeError(f"byte range {byte_range} of {key!r} ends before it starts")
+    if stop > size or start > size:
+        raise ByteRangeError(
+            f"byte range [{start}, {stop}) of {key!r} reaches past its end ({size} bytes)"
+        )
+    return start, stop
+
+
+def normalize_request(req: Request) -> tuple[str, ByteRange | None]:
+    if isinstance(req, str):
+        return req, None
+    key, byte_range = req
+    return key, byte_range
+
+
+class KVStore(ABC):
+    """Byte values by key, with ranged reads and atomic writes."""
+
+    url: str
+    read_only: bool = False
+
+    @abstractmethod
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """The value (or a byte range of it) stored under ``key``; None if absent."""
+
+    def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
+        """Several :meth:`get` calls at once, run concurrently; results in request order."""
+        reqs = [normalize_request(r) for r in requests]
+        if len(reqs) <= 1:
+            return [self.get(k, r) for k, r in reqs]
+        return list(io_pool().map(lambda kr: self.get(*kr), reqs))
+
+    @abstractmethod
+    def set(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key`` atomically (readers see the old or the new value)."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; absent keys are ignored."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Sorted keys that start with ``prefix`` (recursively)."""
+
+    def exists(self, key: str) -> bool:
+        """Whether a value is stored under ``key``."""
+        return self.size(key) is not None
+
+    @abstractmethod
+    def size(self, key: str) -> int | None:
+        """Length in bytes of the value under ``key``; None if absent."""
+
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """Exclusive lock on ``key`` for read-modify-write cycles.
+
+        The base implementation serialises writers of one key inside this
+        process only; backends that can do better (local files) override it.
+        """
+        check_key(key)
+        with _process_lock(self.url, key):
+            yield
+
+    def _require_writable(self, key: str) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"cannot write {key!r}: store {self.url} is read-only")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+_key_locks: dict[tuple[str, str], threading.Lock] = {}
+_key_locks_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def _process_lock(url: str, key: str) -> Iterator[None]:
+    with _key_locks_guard:
+        lk = _key_locks.setdefault((url, key), threading.Lock())
+    with lk:
+        yield
+
+
+def process_lock(url: str, key: str) -> contextlib.AbstractContextManager[None]:
+    """In-process lock on (store url, key), shared by every store object of that url."""
+    return _process_lock(url, key)
+
+
+def join_key(*parts: str) -> str:
+    """Join key components with '/', skipping empty ones."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+

@@ -1,0 +1,142 @@
+"""Local-file store: the default backend (plain paths and ``file://`` URLs).
+
+Reads use ``os.pread``; writes go to a hidden temporary file in the same
+directory, are fsynced, and are renamed over the target, so a reader or a
+crash never sees a torn value.  ``lock(key)`` takes an ``fcntl`` lock on a
+hidden sidecar file, which serialises read-modify-write cycles across threads
+and processes on the same host (and on NFS with working lockd).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from urllib.parse import unquote, urlparse
+
+from shardvol.errors import InvalidKeyError, StoreError
+from shardvol.kvstore.base import ByteRange, KVStore, check_key, check_prefix, process_lock, resolve_range
+
+HIDDEN_PREFIX = ".shardvol-"
+_TMP = HIDDEN_PREFIX + "tmp."
+_LOCK = HIDDEN_PREFIX + "lock."
+
+
+def path_from_url(url: str) -> str:
+    """Filesystem path of a plain path or ``file://`` URL."""
+    if url.startswith("file://"):
+        parsed = urlparse(url)
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidKeyError(f"file URL {url!r} names a remote host")
+        return unquote(parsed.path)
+    return url
+
+
+class FileStore(KVStore):
+    """Values as files below a root directory."""
+
+    def __init__(self, root: str, fsync: bool = True) -> None:
+        self.root = os.path.abspath(os.path.expanduser(path_from_url(root)))
+        self.url = "file://" + self.root
+        self.fsync = fsync
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError as e:
+            raise StoreError(f"cannot read {key!r} in {self.url}: {e}") from e
+        try:
+            size = os.fstat(fd).st_size
+            start, stop = resolve_range(byte_range, size, key)
+            return _pread_all(fd, stop - start, start, key)
+        except IsADirectoryError:
+            return None
+        finally:
+            os.close(fd)
+
+    def set(self, key: str, value: bytes) -> None:
+        path = self._path(key)
+        directory, name = os.path.split(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f"{_TMP}{name}.{uuid.uuid4().hex}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                view = memoryview(value).cast("B")
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            os.unlink(self._path(key))
+
+    def list(self, prefix: str = "") -> list[str]:
+        check_prefix(prefix)
+        head, _, _ = prefix.rpartition("/")
+        start = os.path.join(self.root, *head.split("/")) if head else self.root
+        keys = []
+        for dirpath, dirnames, filenames in os.walk(start):
+            dirnames[:] = [d for d in dirnames if not d.startswith(HIDDEN_PREFIX)]
+            rel = os.path.relpath(dirpath, self.root)
+            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for f in filenames:
+                if f.startswith(HIDDEN_PREFIX):
+                    continue
+                key = rel + f
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def size(self, key: str) -> int | None:
+        try:
+            st = os.stat(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        path = self._path(key)
+        directory, name = os.path.split(path)
+        os.makedirs(directory, exist_ok=True)
+        # fcntl locks are per process; the in-process lock orders our own threads.
+        with process_lock(self.url, key):
+            fd = os.open(os.path.join(directory, _LOCK + name), os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # closing releases the flock
+
+
+def _pread_all(fd: int, length: int, offset: int, key: str) -> bytes:
+    data = os.pread(fd, length, offset)
+    if len(data) == length:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            raise StoreError(f"{key!r} shrank while it was being read")
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)

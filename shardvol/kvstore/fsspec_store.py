@@ -1,0 +1,139 @@
+"""Remote stores through fsspec: ``http(s)://`` (read-only), ``gs://``, ``s3://`` and others.
+
+Ranged reads become HTTP ``Range`` requests (or the object store's equivalent);
+``get_many`` issues them concurrently through fsspec's async machinery.
+Object stores replace whole objects on write, which is atomic per key.
+``lock(key)`` only orders writers inside this process (see KVStore.lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import fsspec
+
+from shardvol.errors import ByteRangeError, StoreError
+from shardvol.kvstore.base import (
+    ByteRange,
+    KVStore,
+    Request,
+    check_key,
+    check_prefix,
+    normalize_request,
+)
+
+READ_ONLY_PROTOCOLS = {"http", "https"}
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status", None) or getattr(exc, "code", None)
+    return status if isinstance(status, int) else None
+
+
+class FsspecStore(KVStore):
+    """Values as objects below an fsspec URL."""
+
+    def __init__(self, url: str, **storage_options) -> None:
+        self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        self.read_only = protocol in READ_ONLY_PROTOCOLS
+        self.root = root.rstrip("/")
+        self.url = url.rstrip("/")
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{check_key(key)}"
+
+    def _finish(self, key: str, byte_range: ByteRange | None, result) -> bytes | None:
+        """Turn one fetched result (bytes or exception) into the contract's answer."""
+        if isinstance(result, FileNotFoundError):
+            return None
+        if isinstance(result, BaseException):
+            if _status(result) == 416:
+                raise ByteRangeError(f"byte range {byte_range} of {key!r} is past its end") from result
+            raise StoreError(f"cannot read {key!r} from {self.url}: {result}") from result
+        data = bytes(result)
+        if byte_range is None:
+            return data
+        start, stop = byte_range
+        if start < 0:
+            if len(data) != -start:
+                raise ByteRangeError(
+                    f"suffix of {-start} bytes requested from {key!r}, which has only {len(data)}"
+                )
+            return data
+        if stop is None:
+            return data
+        want = stop - start
+        if len(data) > want and len(data) >= stop:  # server ignored Range and sent it all
+            data = data[start:stop]
+        if len(data) != want:
+            raise ByteRangeError(
+                f"byte range [{start}, {stop}) of {key!r} reaches past its end "
+                f"(got {len(data)} of {want} bytes)"
+            )
+        return data
+
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        return self.get_many([(key, byte_range)])[0]
+
+    def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
+        reqs = [normalize_request(r) for r in requests]
+        if not reqs:
+            return []
+        for key, byte_range in reqs:
+            if byte_range is not None and byte_range[0] >= 0 and byte_range[1] is not None:
+                if byte_range[1] < byte_range[0]:
+                    raise ByteRangeError(f"byte range {byte_range} of {key!r} ends before it starts")
+        paths = [self._path(k) for k, _ in reqs]
+        starts = [None if r is None else r[0] for _, r in reqs]
+        ends = [None if r is None else r[1] for _, r in reqs]
+        try:
+            results = self.fs.cat_ranges(paths, starts, ends, on_error="return")
+        except FileNotFoundError:
+            results = [FileNotFoundError()] * len(reqs)
+        return [self._finish(k, r, res) for (k, r), res in zip(reqs, results)]
+
+    def set(self, key: str, value: bytes) -> None:
+        self._require_writable(key)
+        try:
+            self.fs.pipe_file(self._path(key), bytes(value))
+        except Exception as e:
+            raise StoreError(f"cannot write {key!r} to {self.url}: {e}") from e
+
+    def delete(self, key: str) -> None:
+        self._require_writable(key)
+        try:
+            self.fs.rm_file(self._path(key))
+        except FileNotFoundError:
+            pass
+
+    def list(self, prefix: str = "") -> list[str]:
+        check_prefix(prefix)
+        head = prefix.rpartition("/")[0]
+        base = f"{self.root}/{head}" if head else self.root
+        try:
+            found = self.fs.find(base)
+        except (FileNotFoundError, NotImplementedError):
+            return []
+        strip = self.root + "/"
+        keys = []
+        for p in found:
+            rel = p[len(strip) :] if p.startswith(strip) else None
+            if rel and rel.startswith(prefix):
+                keys.append(rel)
+        return sorted(keys)
+
+    def size(self, key: str) -> int | None:
+        try:
+            info = self.fs.info(self._path(key))
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise StoreError(f"cannot stat {key!r} in {self.url}: {e}") from e
+        if info.get("type") == "directory":
+            return None
+        size = info.get("size")
+        if size is None:  # e.g. an HTTP server that sends no Content-Length
+            data = self.get(key)
+            return None if data is None else len(data)
+        return int(size)

@@ -1,0 +1,53 @@
+"""In-memory store (``memory://name``), shared by every store of the same URL in a process."""
+
+from __future__ import annotations
+
+import threading
+
+from shardvol.kvstore.base import ByteRange, KVStore, check_key, check_prefix, resolve_range
+
+_SPACES: dict[str, dict[str, bytes]] = {}
+_SPACES_LOCK = threading.Lock()
+
+
+class MemoryStore(KVStore):
+    """Values in a dict; ``memory://a`` opened twice sees the same values."""
+
+    def __init__(self, url: str = "memory://") -> None:
+        name = url[len("memory://") :] if url.startswith("memory://") else url
+        name = name.strip("/")
+        self.url = "memory://" + name
+        with _SPACES_LOCK:
+            self._data = _SPACES.setdefault(name, {})
+        self._guard = threading.Lock()
+
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        value = self._data.get(check_key(key))
+        if value is None:
+            return None
+        start, stop = resolve_range(byte_range, len(value), key)
+        return value if (start, stop) == (0, len(value)) else value[start:stop]
+
+    def set(self, key: str, value: bytes) -> None:
+        check_key(key)
+        self._data[key] = bytes(value)
+
+    def delete(self, key: str) -> None:
+        self._data.pop(check_key(key), None)
+
+    def list(self, prefix: str = "") -> list[str]:
+        check_prefix(prefix)
+        with self._guard:
+            keys = list(self._data)
+        return sorted(k for k in keys if k.startswith(prefix))
+
+    def size(self, key: str) -> int | None:
+        value = self._data.get(check_key(key))
+        return None if value is None else len(value)
+
+
+def clear_memory(url: str) -> None:
+    """Drop every value of the memory space ``url`` (tests use this)."""
+    name = url[len("memory://") :].strip("/") if url.startswith("memory://") else url.strip("/")
+    with _SPACES_LOCK:
+        _SPACES.get(name, {}).clear()

@@ -1,0 +1,205 @@
+"""The store contract, run against every backend (file, memory, fsspec, HTTP)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import uuid
+
+import pytest
+
+from shardvol.errors import ByteRangeError, InvalidKeyError, ReadOnlyStoreError, ShardvolError
+from shardvol.kvstore import FileStore, MemoryStore, open_store
+from shardvol.kvstore.fsspec_store import FsspecStore
+
+from .http_server import StaticServer
+
+VALUE = bytes(range(256)) * 40  # 10240 bytes
+
+
+class StoreContract:
+    """Every backend passes these; ``writer`` populates what ``store`` reads."""
+
+    @pytest.fixture
+    def pair(self):
+        raise NotImplementedError
+
+    def test_missing_key_is_none(self, pair):
+        store, _ = pair
+        assert store.get("nope") is None
+        assert store.get("a/b/nope", (0, 4)) is None
+        assert store.exists("nope") is False
+        assert store.size("nope") is None
+
+    def test_roundtrip_and_ranges(self, pair):
+        store, writer = pair
+        writer.set("dir/sub/value", VALUE)
+        writer.set("empty", b"")
+        assert store.get("dir/sub/value") == VALUE
+        assert store.get("empty") == b""
+        assert store.get("dir/sub/value", (10, 20)) == VALUE[10:20]
+        assert store.get("dir/sub/value", (100, None)) == VALUE[100:]
+        assert store.get("dir/sub/value", (-7, None)) == VALUE[-7:]
+        assert store.get("dir/sub/value", (0, len(VALUE))) == VALUE
+        assert store.exists("dir/sub/value") and store.size("dir/sub/value") == len(VALUE)
+
+    def test_range_past_end_raises(self, pair):
+        store, writer = pair
+        writer.set("v", VALUE)
+        with pytest.raises(ByteRangeError, match="'v'"):
+            store.get("v", (len(VALUE) - 5, len(VALUE) + 5))
+        with pytest.raises(ByteRangeError):
+            store.get("v", (len(VALUE) + 10, len(VALUE) + 20))
+        with pytest.raises(ByteRangeError):
+            store.get("v", (-(len(VALUE) + 1), None))
+
+    def test_get_many_mixed(self, pair):
+        store, writer = pair
+        for i in range(20):
+            writer.set(f"k/{i}", VALUE[i:])
+        reqs = [(f"k/{i}", (i, i + 50)) for i in range(20)] + ["k/3", "k/missing", ("k/5", None)]
+        out = store.get_many(reqs)
+        assert out[:20] == [VALUE[i:][i : i + 50] for i in range(20)]
+        assert out[20:] == [VALUE[3:], None, VALUE[5:]]
+        assert store.get_many([]) == []
+
+    def test_list(self, pair):
+        store, writer = pair
+        for k in ["a/1", "a/2", "a/b/3", "ab", "c"]:
+            writer.set(k, b"x")
+        if isinstance(store, FsspecStore) and store.read_only:
+            pytest.skip("HTTP has no listing")
+        assert store.list("a/") == ["a/1", "a/2", "a/b/3"]
+        assert store.list("a") == ["a/1", "a/2", "a/b/3", "ab"]
+        assert store.list() == ["a/1", "a/2", "a/b/3", "ab", "c"]
+        assert store.list("zzz/") == []
+
+    def test_overwrite_and_delete(self, pair):
+        store, writer = pair
+        if store.read_only:
+            with pytest.raises(ReadOnlyStoreError):
+                store.set("x", b"1")
+            with pytest.raises(ReadOnlyStoreError):
+                store.delete("x")
+            return
+        store.set("x", b"1")
+        store.set("x", b"22")
+        assert store.get("x") == b"22"
+        store.delete("x")
+        store.delete("x")
+        assert store.get("x") is None
+
+    def test_bad_keys(self, pair):
+        store, _ = pair
+        for bad in ["", "/abs", "a/../b", "a//b", "./a", ".."]:
+            with pytest.raises(InvalidKeyError):
+                store.get(bad)
+
+    def test_concurrent_readers(self, pair):
+        store, writer = pair
+        writer.set("c", VALUE)
+        errors = []
+
+        def work():
+            try:
+                for i in range(50):
+                    assert store.get("c", (i, i + 100)) == VALUE[i : i + 100]
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+
+
+class TestFileStore(StoreContract):
+    @pytest.fixture
+    def pair(self, tmp_path):
+        s = FileStore(str(tmp_path))
+        return s, s
+
+    def test_atomic_write_leaves_no_temp_files(self, tmp_path):
+        s = FileStore(str(tmp_path))
+        s.set("a/b", b"123")
+        assert sorted(os.listdir(tmp_path / "a")) == ["b"]
+        assert s.list() == ["a/b"]
+
+    def test_failed_write_keeps_old_value(self, tmp_path):
+        s = FileStore(str(tmp_path))
+        s.set("k", b"old")
+
+        class Boom:
+            def __buffer__(self, flags):
+                raise RuntimeError("boom")
+
+        with pytest.raises((RuntimeError, TypeError)):
+            s.set("k", Boom())
+        assert s.get("k") == b"old"
+        assert os.listdir(tmp_path) == ["k"]
+
+    def test_url_forms(self, tmp_path):
+        FileStore(str(tmp_path)).set("z", b"1")
+        assert open_store(str(tmp_path)).get("z") == b"1"
+        assert open_store("file://" + str(tmp_path)).get("z") == b"1"
+
+    def test_lock_serialises_processes(self, tmp_path):
+        s = FileStore(str(tmp_path))
+        s.set("counter", b"0")
+        ctx = multiprocessing.get_context("spawn")
+        procs = [ctx.Process(target=_increment, args=(str(tmp_path), 25)) for _ in range(3)]
+        for p in procs:
+            p.start()
+        _increment(str(tmp_path), 25)
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+        assert s.get("counter") == b"100"
+        assert s.list() == ["counter"]
+
+
+def _increment(root: str, n: int) -> None:
+    s = FileStore(root, fsync=False)
+    for _ in range(n):
+        with s.lock("counter"):
+            v = int(s.get("counter"))
+            s.set("counter", str(v + 1).encode())
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def pair(self):
+        s = MemoryStore(f"memory://{uuid.uuid4().hex}")
+        return s, s
+
+    def test_same_url_shares_values(self):
+        name = f"memory://{uuid.uuid4().hex}"
+        open_store(name).set("a", b"1")
+        assert open_store(name).get("a") == b"1"
+
+
+class TestFsspecMemoryStore(StoreContract):
+    """fsspec's own in-memory filesystem: the write path object stores use."""
+
+    @pytest.fixture
+    def pair(self):
+        s = FsspecStore(f"memory://fsspec-{uuid.uuid4().hex}")
+        return s, s
+
+
+class TestHttpStore(StoreContract):
+    @pytest.fixture
+    def pair(self, tmp_path):
+        server = StaticServer(str(tmp_path))
+        try:
+            yield open_store(server.url + "/"), FileStore(str(tmp_path))
+        finally:
+            server.close()
+
+
+def test_unknown_scheme():
+    with pytest.raises(ShardvolError, match="nosuch"):
+        open_store("nosuch://x/y")
