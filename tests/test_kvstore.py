@@ -47,7 +47,7 @@ class StoreContract:
     def test_range_past_end_raises(self, pair):
         store, writer = pair
         writer.set("v", VALUE)
-        with pytest.raises(ByteRangeError, match="'v'"):
+        with pytest.raises(ByteRangeError, match="v' "):
             store.get("v", (len(VALUE) - 5, len(VALUE) + 5))
         with pytest.raises(ByteRangeError):
             store.get("v", (len(VALUE) + 10, len(VALUE) + 20))
@@ -203,3 +203,21 @@ class TestHttpStore(StoreContract):
 def test_unknown_scheme():
     with pytest.raises(ShardvolError, match="nosuch"):
         open_store("nosuch://x/y")
+
+
+class TestPrefixStore(StoreContract):
+    @pytest.fixture
+    def pair(self, tmp_path):
+        s = open_store(str(tmp_path), prefix="scale/8_8_8")
+        return s, s
+
+    def test_prefix_is_invisible_and_isolated(self, tmp_path):
+        base = FileStore(str(tmp_path))
+        base.set("other", b"o")
+        view = open_store(base, prefix="p")
+        view.set("a/b", b"1")
+        assert base.get("p/a/b") == b"1"
+        assert view.list() == ["a/b"]
+        assert view.get("other") is None
+        with view.lock("a/b"):
+            pass

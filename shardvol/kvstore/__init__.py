@@ -13,6 +13,7 @@ from shardvol.errors import UnsupportedSchemeError
 from shardvol.kvstore.base import ByteRange, KVStore, Request, check_key, join_key
 from shardvol.kvstore.file import FileStore
 from shardvol.kvstore.memory import MemoryStore
+from shardvol.kvstore.prefix import PrefixStore
 
 StoreFactory = Callable[[str], KVStore]
 _SCHEMES: dict[str, StoreFactory] = {}
@@ -38,8 +39,10 @@ def url_scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else "file"
 
 
-def open_store(url_or_store: str | KVStore) -> KVStore:
-    """A store for a URL or path (a store passes through unchanged)."""
+def open_store(url_or_store: str | KVStore, prefix: str = "") -> KVStore:
+    """A store for a URL or path (a store passes through unchanged), viewed below ``prefix``."""
+    if prefix:
+        return PrefixStore(open_store(url_or_store), prefix)
     if isinstance(url_or_store, KVStore):
         return url_or_store
     url = str(url_or_store)
@@ -59,6 +62,7 @@ __all__ = [
     "FileStore",
     "KVStore",
     "MemoryStore",
+    "PrefixStore",
     "Request",
     "check_key",
     "join_key",

@@ -1,0 +1,72 @@
+"""The chunk-store contract between array formats and the slicing layer.
+
+A chunk store holds the *encoded* chunks of one array (one precomputed scale,
+one Zarr array), addressed by integer grid coordinates.  It hides how chunks
+are laid out on storage: one file per chunk, or many chunks per shard file.
+The slicing layer (``shardvol.indexing``) never knows which.
+
+Writes happen in *units*: the pieces of storage that are replaced atomically
+(a chunk file, or a shard file holding many chunks).  Two writers that touch
+the same unit must hold :meth:`ChunkStore.lock` for it around their
+read-modify-write cycle.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable, Sequence
+from contextlib import AbstractContextManager
+
+ChunkCoord = tuple[int, ...]
+Unit = Hashable
+
+
+class ChunkStore(ABC):
+    """Encoded chunks by grid coordinate, batched, with atomic unit updates."""
+
+    @abstractmethod
+    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
+        """Encoded bytes of those ``coords`` that are stored; absent chunks are left out.
+
+        Implementations batch the I/O (shard indexes once, coalesced byte ranges,
+        concurrent requests).
+        """
+
+    @abstractmethod
+    def units(self, coords: Sequence[ChunkCoord]) -> dict[Unit, list[ChunkCoord]]:
+        """Group chunk coordinates by the unit that stores them."""
+
+    @abstractmethod
+    def unit_chunks(self, unit: Unit) -> list[ChunkCoord]:
+        """Every in-bounds chunk coordinate that ``unit`` can hold."""
+
+    @abstractmethod
+    def update_unit(
+        self,
+        unit: Unit,
+        put: dict[ChunkCoord, bytes],
+        delete: Iterable[ChunkCoord] = (),
+        replace: bool = False,
+    ) -> None:
+        """Atomically store ``put`` and drop ``delete`` in ``unit``.
+
+        Chunks of the unit that are in neither are kept (read and rewritten for a
+        shard) unless ``replace`` is true, in which case the unit ends up holding
+        exactly ``put``.  A unit left with no chunks is deleted.  Callers doing a
+        read-modify-write hold :meth:`lock` around it.
+        """
+
+    @abstractmethod
+    def lock(self, unit: Unit) -> AbstractContextManager[None]:
+        """Exclusive lock on ``unit`` (across processes where the storage allows)."""
+
+    def delete_chunks(self, coords: Sequence[ChunkCoord]) -> None:
+        """Remove chunks (they then read as the fill value)."""
+        for unit, members in self.units(coords).items():
+            with self.lock(unit):
+                self.update_unit(unit, {}, members)
+
+    def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
+        """Whether each chunk is stored (default: by reading it)."""
+        present = self.read_chunks(coords)
+        return {c: c in present for c in coords}

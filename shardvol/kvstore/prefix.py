@@ -1,0 +1,45 @@
+"""A view of a store below a key prefix (a scale's directory, a Zarr array in a group)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+from shardvol.kvstore.base import ByteRange, KVStore, Request, check_key, join_key, normalize_request
+
+
+class PrefixStore(KVStore):
+    """Keys of ``base`` under ``prefix/``, presented without the prefix."""
+
+    def __init__(self, base: KVStore, prefix: str) -> None:
+        self.base = base
+        self.prefix = check_key(prefix.strip("/"))
+        self.url = f"{base.url.rstrip('/')}/{self.prefix}"
+        self.read_only = base.read_only
+
+    def _k(self, key: str) -> str:
+        return join_key(self.prefix, check_key(key))
+
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        return self.base.get(self._k(key), byte_range)
+
+    def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
+        return self.base.get_many([(self._k(k), r) for k, r in map(normalize_request, requests)])
+
+    def set(self, key: str, value: bytes) -> None:
+        self.base.set(self._k(key), value)
+
+    def delete(self, key: str) -> None:
+        self.base.delete(self._k(key))
+
+    def list(self, prefix: str = "") -> list[str]:
+        n = len(self.prefix) + 1
+        return [k[n:] for k in self.base.list(f"{self.prefix}/{prefix}")]
+
+    def size(self, key: str) -> int | None:
+        return self.base.size(self._k(key))
+
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        with self.base.lock(self._k(key)):
+            yield
