@@ -1,0 +1,73 @@
+"""gzip for shard indexes, shard data, raw chunks and Zarr codecs (libdeflate via imagecodecs).
+
+Output is a standard single-member gzip stream that any reader accepts.
+Decompression errors are raised as the caller's shardvol exception class with
+the caller's context (a file name, a chunk key) in the message.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import imagecodecs
+
+from shardvol.errors import ShardvolError
+
+GZIP_MAGIC = b"\x1f\x8b"
+DEFAULT_LEVEL = 6
+
+
+def is_gzip(data: bytes) -> bool:
+    """Whether ``data`` starts with the gzip magic bytes."""
+    return data[:2] == GZIP_MAGIC
+
+
+def gzip_compress(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
+    """Standard gzip of ``data`` (libdeflate)."""
+    return imagecodecs.gzip_encode(data, level=level)
+
+
+def gzip_decompress(
+    data: bytes,
+    context: str,
+    error: type[ShardvolError],
+    expected_size: int | None = None,
+) -> bytes:
+    """Decompress a gzip stream, raising ``error("<context>: ...")`` on any corruption.
+
+    Concatenated gzip members (valid gzip, rarely written) are all decoded. If
+    ``expected_size`` is given the output must have exactly that size.
+    """
+    if not is_gzip(data):
+        raise error(f"{context}: not gzip data (starts with {bytes(data[:4])!r})")
+    if len(data) < 18:
+        raise error(f"{context}: gzip stream truncated ({len(data)} bytes)")
+    try:
+        out = imagecodecs.gzip_decode(data)
+        # libdeflate decodes only the first member; the trailer holds the last member's size.
+        multi_member = struct.unpack("<I", data[-4:])[0] != len(out) & 0xFFFFFFFF
+    except Exception:  # corrupt, or several members (libdeflate sizes its output by the trailer)
+        multi_member = True
+    if multi_member:
+        out = _decompress_members(data, context, error)
+    if expected_size is not None and len(out) != expected_size:
+        raise error(f"{context}: gzip data decodes to {len(out)} bytes, expected {expected_size}")
+    return out
+
+
+def _decompress_members(data: bytes, context: str, error: type[ShardvolError]) -> bytes:
+    parts = []
+    rest = data
+    try:
+        while rest:
+            d = zlib.decompressobj(wbits=31)
+            parts.append(d.decompress(rest))
+            if not d.eof:
+                raise error(f"{context}: gzip stream truncated")
+            rest = d.unused_data
+            if rest and not is_gzip(rest):
+                break  # trailing bytes after the last member are ignored, as gzip(1) does
+    except zlib.error as e:
+        raise error(f"{context}: corrupt gzip data ({e})") from e
+    return b"".join(parts)
