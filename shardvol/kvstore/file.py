@@ -14,11 +14,20 @@ import fcntl
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from urllib.parse import unquote, urlparse
 
 from shardvol.errors import InvalidKeyError, StoreError
-from shardvol.kvstore.base import ByteRange, KVStore, check_key, check_prefix, process_lock, resolve_range
+from shardvol.kvstore.base import (
+    ByteRange,
+    KVStore,
+    Request,
+    check_key,
+    check_prefix,
+    normalize_request,
+    process_lock,
+    resolve_range,
+)
 
 HIDDEN_PREFIX = ".shardvol-"
 _TMP = HIDDEN_PREFIX + "tmp."
@@ -62,6 +71,17 @@ class FileStore(KVStore):
             return None
         finally:
             os.close(fd)
+
+    # Below this many requested bytes, reading the ranges one after the other from
+    # the page cache is faster than handing them to the I/O threads.
+    SEQUENTIAL_BYTES = 1 << 20
+
+    def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
+        reqs = [normalize_request(r) for r in requests]
+        ranged = [r for _, r in reqs if r is not None and r[0] >= 0 and r[1] is not None]
+        if len(ranged) == len(reqs) and sum(b - a for a, b in ranged) <= self.SEQUENTIAL_BYTES:
+            return [self.get(k, r) for k, r in reqs]
+        return super().get_many(reqs)
 
     def set(self, key: str, value: bytes) -> None:
         path = self._path(key)

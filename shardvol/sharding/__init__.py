@@ -1,0 +1,29 @@
+"""The ``neuroglancer_uint64_sharded_v1`` key-value format: uint64 key -> bytes in shard files.
+
+>>> spec = ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=6, shard_bits=3,
+...                     minishard_index_encoding="gzip", data_encoding="gzip")
+>>> write_shards(store, spec, {1: b"a", 2: b"b"})          # whole shard files
+>>> update_shard(store, spec, put={3: b"c"}, delete={1})   # merge into existing shards
+>>> ShardReader(store, spec).get_data_many([1, 2, 3])
+{2: b'b', 3: b'c'}
+"""
+
+from shardvol.sharding.index import decode_minishard_index, decode_shard_index, disassemble_shard, encode_shard
+from shardvol.sharding.reader import ShardReader, read_shard
+from shardvol.sharding.spec import SHARDING_TYPE, ShardingSpec
+from shardvol.sharding.writer import ShardWriter, synthesize_shards, update_shard, write_shards
+
+__all__ = [
+    "SHARDING_TYPE",
+    "ShardReader",
+    "ShardWriter",
+    "ShardingSpec",
+    "decode_minishard_index",
+    "decode_shard_index",
+    "disassemble_shard",
+    "encode_shard",
+    "read_shard",
+    "synthesize_shards",
+    "update_shard",
+    "write_shards",
+]

@@ -1,0 +1,285 @@
+"""Shard files as bytes: the shard index, minishard indexes, and whole-shard encode/decode.
+
+Pure functions (no I/O).  Layout written by :func:`assemble_shard`::
+
+    [shard index: 2**minishard_bits x (start, end) uint64le, relative to its end]
+    [chunk data, minishard by minishard, keys ascending within a minishard]
+    [minishard indexes, one per non-empty minishard, in minishard order]
+
+A decoded minishard index lists, for each key, the absolute byte range of its
+(encoded) data.  Every offset and sum is checked: a malformed file raises
+:class:`ShardFormatError` naming the file and the minishard.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from shardvol.compression import gzip_compress, gzip_decompress
+from shardvol.errors import InvalidArgumentError, ShardFormatError
+from shardvol.sharding._parallel import map_batched
+from shardvol.sharding.spec import ShardingSpec, as_keys
+
+_U64 = np.dtype("<u8")
+
+
+class MinishardIndex(NamedTuple):
+    """Decoded minishard index: keys strictly ascending, data at ``[starts, starts + sizes)``."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self.starts + self.sizes
+
+
+EMPTY_MINISHARD = MinishardIndex(*(np.zeros(0, dtype=np.uint64) for _ in range(3)))
+
+
+def decode_shard_index(buf: bytes, spec: ShardingSpec, filename: str) -> np.ndarray:
+    """The ``(num_minishards, 2)`` uint64 array of minishard index ranges (relative offsets)."""
+    if len(buf) != spec.index_length:
+        raise ShardFormatError(
+            f"{filename}: shard index truncated: {len(buf)} bytes, expected {spec.index_length} "
+            f"for minishard_bits {spec.minishard_bits}"
+        )
+    return np.frombuffer(buf, dtype=_U64).reshape(-1, 2).astype(np.uint64, copy=False)
+
+
+def check_minishard_ranges(
+    index: np.ndarray, minishards: np.ndarray, filename: str, limit: int | None = None
+) -> np.ndarray:
+    """Validated ``(len(minishards), 2)`` relative ranges; ``limit`` = bytes after the index."""
+    ranges = index[minishards]
+    bad = ranges[:, 1] < ranges[:, 0]
+    if limit is not None:
+        bad |= ranges[:, 1] > np.uint64(limit)
+    if bad.any():
+        i = int(np.argmax(bad))
+        start, end = (int(x) for x in ranges[i])
+        what = "ends before it starts" if end < start else "is past the end of the file"
+        raise ShardFormatError(
+            f"{filename}: minishard {int(minishards[i])}: minishard index range [{start}, {end}) "
+            f"(relative to the shard index end) {what}"
+        )
+    return ranges
+
+
+def decode_minishard_index(
+    buf: bytes, spec: ShardingSpec, base: int, filename: str, minishard: int
+) -> MinishardIndex:
+    """Decode one (possibly gzip'd) minishard index; data offsets are ``base`` + stored sums."""
+    return decode_minishard_indexes([buf], spec, base, filename, [minishard])[0]
+
+
+def decode_minishard_indexes(
+    bufs: list, spec: ShardingSpec, base: int, filename: str, minishards: list[int]
+) -> list[MinishardIndex]:
+    """Decode several minishard indexes of one file at once (vectorised over all entries).
+
+    Key deltas must sum to strictly increasing keys (a repeat is a duplicate key),
+    and no sum of key deltas or of ``base`` + data offsets and sizes may exceed
+    2**64 - 1.
+    """
+    raws = []
+    for buf, m in zip(bufs, minishards):
+        if spec.minishard_index_encoding == "gzip":
+            buf = gzip_decompress(buf, f"{filename}: minishard {m}: minishard index", ShardFormatError)
+        if len(buf) % 24:
+            raise ShardFormatError(
+                f"{filename}: minishard {m}: minishard index length {len(buf)} is not a "
+                "multiple of 24"
+            )
+        raws.append(buf)
+    counts = np.fromiter((len(r) // 24 for r in raws), dtype=np.intp, count=len(raws))
+    total = int(counts.sum())
+    if total == 0:
+        return [EMPTY_MINISHARD] * len(raws)
+    flat = np.frombuffer(b"".join(raws), dtype=_U64)
+    ends = np.cumsum(counts)
+    firsts = ends - counts  # entry number of each index's first entry
+    seg = np.repeat(np.arange(len(raws)), counts)  # index number of each entry
+    # an index of n entries holds [ids (n), offset deltas (n), sizes (n)] at 3 * its first entry
+    where = np.arange(total) + 2 * firsts[seg]
+    n_of = counts[seg]
+    first_flags = np.zeros(total, dtype=bool)
+    first_flags[firsts[counts > 0]] = True
+
+    ids = _segment_cumsum(flat[where], firsts, counts)
+    bad = ~first_flags[1:] & (ids[1:] <= ids[:-1])
+    if bad.any():
+        i = int(np.argmax(bad)) + 1
+        what = "duplicate key" if ids[i] == ids[i - 1] else "key deltas overflow uint64 at key"
+        raise ShardFormatError(
+            f"{filename}: minishard {minishards[seg[i]]}: {what} {int(ids[i])} "
+            f"(entry {i - firsts[seg[i]]})"
+        )
+    # data positions: base, +gap0 -> start0, +size0 -> end0, +gap1 -> start1, ...
+    steps = np.empty(2 * total, dtype=np.uint64)
+    steps[0::2] = flat[where + n_of]
+    steps[1::2] = flat[where + 2 * n_of]
+    pos = _segment_cumsum(steps, 2 * firsts, 2 * counts) + np.uint64(base)
+    pos_first = np.zeros(2 * total, dtype=bool)
+    pos_first[0::2] = first_flags
+    # first of a segment: base + gap0 wraps iff it ends below base; later: each sum step
+    wrapped = np.r_[False, ~pos_first[1:] & (pos[1:] < pos[:-1])] | (pos_first & (pos < base))
+    if wrapped.any():
+        i = int(np.argmax(wrapped)) // 2
+        raise ShardFormatError(
+            f"{filename}: minishard {minishards[seg[i]]}: data offset/size sums overflow "
+            f"uint64 at entry {i - firsts[seg[i]]}"
+        )
+    starts, sizes = pos[0::2], steps[1::2]
+    return [
+        MinishardIndex(ids[a:b], starts[a:b], sizes[a:b]) if b > a else EMPTY_MINISHARD
+        for a, b in zip(firsts.tolist(), ends.tolist())
+    ]
+
+
+def _segment_cumsum(x: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Cumulative sums restarting at each segment (uint64, modulo 2**64)."""
+    total = np.cumsum(x, dtype=np.uint64)
+    before = np.zeros(len(counts), dtype=np.uint64)
+    nonempty = counts > 0
+    starts = firsts[nonempty]
+    before[nonempty] = np.where(starts > 0, total[np.maximum(starts - 1, 0)], 0)
+    return total - np.repeat(before, counts)
+
+
+def encode_minishard_index(
+    spec: ShardingSpec, ids: np.ndarray, starts: np.ndarray, sizes: np.ndarray, base: int
+) -> bytes:
+    """Minishard index bytes for ascending ``ids`` whose data lie at absolute ``starts``."""
+    arr = np.empty((3, len(ids)), dtype=_U64)
+    arr[0, 0] = ids[0]
+    np.subtract(ids[1:], ids[:-1], out=arr[0, 1:])
+    arr[1, 0] = starts[0] - np.uint64(base)
+    np.subtract(starts[1:], starts[:-1] + sizes[:-1], out=arr[1, 1:])
+    arr[2] = sizes
+    raw = arr.tobytes()
+    return gzip_compress(raw) if spec.minishard_index_encoding == "gzip" else raw
+
+
+def encode_values(spec: ShardingSpec, values: list[bytes]) -> list[bytes]:
+    """Values in the shard's data encoding (gzip runs on the codec threads)."""
+    if spec.data_encoding == "raw":
+        return [bytes(v) for v in values]
+    return map_batched(gzip_compress, values, sum(map(len, values)))
+
+
+def decode_values(spec: ShardingSpec, blobs: list, contexts) -> list[bytes]:
+    """Inverse of :func:`encode_values`; ``contexts(i)`` names entry ``i`` in error messages."""
+    if spec.data_encoding == "raw":
+        return [bytes(b) for b in blobs]
+
+    def one(item):
+        i, blob = item
+        try:
+            return gzip_decompress(blob, "data", ShardFormatError)
+        except ShardFormatError as e:
+            raise ShardFormatError(f"{contexts(i)}: {e}") from None
+
+    return map_batched(one, list(enumerate(blobs)), sum(map(len, blobs)))
+
+
+def sort_entries(spec: ShardingSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order, shard numbers, minishard numbers) sorting keys by shard, minishard, key."""
+    shard, minishard = spec.shard_and_minishard(keys)
+    order = np.lexsort((keys, minishard, shard))
+    return order, shard[order], minishard[order]
+
+
+def assemble_shard(
+    spec: ShardingSpec, keys: np.ndarray, minishards: np.ndarray, blobs: list[bytes]
+) -> bytes:
+    """One shard file from encoded ``blobs``; keys sorted by (minishard, key), unique."""
+    n = len(keys)
+    base = spec.index_length
+    index = np.zeros((spec.num_minishards, 2), dtype=_U64)
+    if n == 0:
+        return index.tobytes()
+    sizes = np.fromiter(map(len, blobs), dtype=np.uint64, count=n)
+    ends = np.cumsum(sizes, dtype=np.uint64) + np.uint64(base)
+    starts = ends - sizes
+    firsts = np.flatnonzero(np.r_[True, minishards[1:] != minishards[:-1]])
+    bounds = np.r_[firsts, n]
+    msis = [
+        encode_minishard_index(spec, keys[a:b], starts[a:b], sizes[a:b], base)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())
+    ]
+    msi_sizes = np.fromiter(map(len, msis), dtype=np.uint64, count=len(msis))
+    msi_ends = np.cumsum(msi_sizes, dtype=np.uint64) + (ends[-1] - np.uint64(base))
+    used = minishards[firsts]
+    index[used, 0] = msi_ends - msi_sizes
+    index[used, 1] = msi_ends
+    return b"".join([index.tobytes(), *blobs, *msis])
+
+
+def encode_shard(spec: ShardingSpec, entries: dict[int, bytes]) -> bytes:
+    """The shard file holding exactly ``entries`` (``{key: value}``), all of one shard."""
+    keys = as_keys(list(entries))
+    order, shards, minishards = sort_entries(spec, keys)
+    if len(shards) and shards[0] != shards[-1]:
+        raise InvalidArgumentError(
+            f"encode_shard: keys belong to several shards ({spec.shard_filename(int(shards[0]))}"
+            f", {spec.shard_filename(int(shards[-1]))}, ...); use synthesize_shard"
+        )
+    values = list(entries.values())
+    blobs = encode_values(spec, [values[i] for i in order.tolist()])
+    return assemble_shard(spec, keys[order], minishards, blobs)
+
+
+def shard_entries(
+    spec: ShardingSpec, blob: bytes, filename: str = "<shard>"
+) -> tuple[np.ndarray, np.ndarray, list[memoryview]]:
+    """(keys, minishards, stored data views) of every entry of a whole shard file, validated.
+
+    Data stays in the shard's data encoding.  Each key must hash to the minishard
+    that lists it, and appear once.
+    """
+    index = decode_shard_index(memoryview(blob)[: spec.index_length], spec, filename)
+    size = len(blob)
+    base = spec.index_length
+    used = np.flatnonzero(index[:, 1] != index[:, 0])
+    ranges = check_minishard_ranges(index, used, filename, size - base)
+    view = memoryview(blob)
+    minishards = used.tolist()
+    msis = decode_minishard_indexes(
+        [view[base + a : base + b] for a, b in ranges.tolist()], spec, base, filename, minishards
+    )
+    if not msis:
+        return EMPTY_MINISHARD.ids, EMPTY_MINISHARD.ids, []
+    ids = np.concatenate([msi.ids for msi in msis])
+    starts = np.concatenate([msi.starts for msi in msis])
+    ends = starts + np.concatenate([msi.sizes for msi in msis])
+    listed = np.repeat(used.astype(np.uint64), [len(msi.ids) for msi in msis])
+    past = ends > np.uint64(size)
+    if past.any():
+        i = int(np.argmax(past))
+        raise ShardFormatError(
+            f"{filename}: minishard {int(listed[i])}: data of key {int(ids[i])} at "
+            f"[{int(starts[i])}, {int(ends[i])}) is past the end of the file ({size} bytes)"
+        )
+    _, home = spec.shard_and_minishard(ids)
+    stray = home != listed
+    if stray.any():
+        i = int(np.argmax(stray))
+        raise ShardFormatError(
+            f"{filename}: minishard {int(listed[i])}: key {int(ids[i])} belongs in minishard "
+            f"{int(home[i])}"
+        )
+    return ids, listed, [view[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+def disassemble_shard(spec: ShardingSpec, blob: bytes, filename: str = "<shard>") -> dict[int, bytes]:
+    """``{key: decoded value}`` of every entry of a whole shard file."""
+    keys, minishards, views = shard_entries(spec, blob, filename)
+    klist = keys.tolist()
+    values = decode_values(
+        spec, views, lambda i: f"{filename}: minishard {int(minishards[i])}: data of key {klist[i]}"
+    )
+    return dict(zip(klist, values))

@@ -1,0 +1,68 @@
+"""A small thread-safe, resizable LRU cache for shard and minishard indexes."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+_MISSING = object()
+
+
+class LRU:
+    """Least-recently-used mapping holding at most ``size`` entries (0 disables caching)."""
+
+    def __init__(self, size: int) -> None:
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.size = 0
+        self.resize(size)
+
+    def resize(self, size: int) -> None:
+        """Change the capacity, evicting the least recently used entries if needed."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"cache size must be a non-negative integer, got {size!r}")
+        with self._lock:
+            self.size = size
+            while len(self._data) > size:
+                self._data.popitem(last=False)
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        with self._lock:
+            value = self._data.get(key, _MISSING)
+            if value is _MISSING:
+                return default
+            self._data.move_to_end(key)
+            return value
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._data
+
+    def __getitem__(self, key: Hashable) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            if self.size == 0:
+                return
+            self._data[key] = value
+            self._data.move_to_end(key)
+            if len(self._data) > self.size:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def discard_if(self, predicate: Callable[[Hashable], bool]) -> None:
+        """Drop every entry whose key satisfies ``predicate``."""
+        with self._lock:
+            for key in [k for k in self._data if predicate(k)]:
+                del self._data[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()

@@ -1,0 +1,424 @@
+"""Batched reads of a sharded key-value store, with LRU caches of shard and minishard indexes.
+
+``get_data_many`` groups keys by shard, reads each shard index once (cached),
+reads only the minishard indexes it needs (cached, nearby ranges of one file in
+one request), then reads the data of all keys with nearby byte ranges of a file
+coalesced into one request, and decodes gzip on the codec threads.
+
+Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
+``<shard>.data`` pair (the ``.shard`` file is their concatenation).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from shardvol.errors import ByteRangeError, ShardFormatError
+from shardvol.kvstore import KVStore, open_store
+from shardvol.sharding.index import (
+    EMPTY_MINISHARD,
+    MinishardIndex,
+    check_minishard_ranges,
+    decode_minishard_indexes,
+    decode_shard_index,
+    decode_values,
+    disassemble_shard,
+)
+from shardvol.sharding.lru import LRU
+from shardvol.sharding.spec import ShardingSpec, as_keys
+
+DEFAULT_COALESCE_GAP = 64 * 1024
+DEFAULT_MAX_READ = 32 * 1024 * 1024
+
+
+class _Shard(NamedTuple):
+    """A shard's cached index: where its minishard indexes and data live."""
+
+    filename: str  # the <shard>.shard name, the cache key
+    data_key: str  # the file holding minishard indexes and data (.shard, or obsolete .data)
+    origin: int  # position in data_key of the end of the shard index
+    index: np.ndarray  # (num_minishards, 2) minishard index ranges relative to origin
+
+
+class _Located(NamedTuple):
+    """Where the data of the found keys are (arrays over found keys, ascending key order)."""
+
+    keys: np.ndarray
+    minishards: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+    file: np.ndarray  # index into files of each found key
+    files: list[str]  # data files (store keys) holding the found keys
+
+
+def obsolete_names(filename: str) -> tuple[str, str]:
+    """The (``.index``, ``.data``) names of the obsolete layout of ``<shard>.shard``."""
+    stem = filename[: -len(".shard")]
+    return stem + ".index", stem + ".data"
+
+
+def fetch_shard(store: KVStore, spec: ShardingSpec, filename: str) -> tuple[bytes | None, bool]:
+    """(whole shard file bytes or None, whether it came from the obsolete layout)."""
+    blob = store.get(filename)
+    if blob is not None:
+        return blob, False
+    index_name, data_name = obsolete_names(filename)
+    index = store.get(index_name)
+    if index is None:
+        return None, False
+    decode_shard_index(index, spec, index_name)
+    data = store.get(data_name)
+    if data is None:
+        raise ShardFormatError(f"{index_name} exists but {data_name} is missing")
+    return index + data, True
+
+
+def read_shard(store: KVStore | str, spec: ShardingSpec, shard_number: int) -> dict[int, bytes]:
+    """``{key: value}`` of every entry of one shard ({} if the shard does not exist)."""
+    filename = spec.shard_filename(shard_number)
+    blob, _ = fetch_shard(open_store(store), spec, filename)
+    return {} if blob is None else disassemble_shard(spec, blob, filename)
+
+
+class ShardReader:
+    """Reads values by uint64 key from the shard files of one store (or store prefix).
+
+    ``coalesce_gap``: byte ranges of one file closer than this are read as one
+    request (at most ``max_read`` bytes).  Caches hold shard indexes by file
+    name and minishard indexes by (file name, minishard); call
+    :meth:`invalidate` after the shard files change.
+    """
+
+    def __init__(
+        self,
+        store_or_url: KVStore | str,
+        spec: ShardingSpec | dict,
+        shard_index_cache_size: int = 512,
+        minishard_index_cache_size: int = 128,
+        coalesce_gap: int = DEFAULT_COALESCE_GAP,
+        max_read: int = DEFAULT_MAX_READ,
+    ) -> None:
+        self.store = open_store(store_or_url)
+        self.spec = spec if isinstance(spec, ShardingSpec) else ShardingSpec.from_dict(spec)
+        self.shard_index_cache = LRU(shard_index_cache_size)
+        self.minishard_index_cache = LRU(minishard_index_cache_size)
+        self.coalesce_gap = int(coalesce_gap)
+        self.max_read = int(max_read)
+
+    def __repr__(self) -> str:
+        return f"ShardReader({self.store!r}, {self.spec})"
+
+    # -- public API ----------------------------------------------------------------------
+
+    def get_filename(self, key: int) -> str:
+        return self.spec.filename(key)
+
+    def invalidate(self, filename: str | None = None) -> None:
+        """Forget cached indexes of ``filename`` (a ``.shard`` name), or of every file."""
+        if filename is None:
+            self.shard_index_cache.clear()
+            self.minishard_index_cache.clear()
+        else:
+            self.shard_index_cache.discard_if(lambda k: k == filename)
+            self.minishard_index_cache.discard_if(lambda k: k[0] == filename)
+
+    def get_data(self, key: int) -> bytes | None:
+        """The value of ``key``, or None if absent."""
+        keys = as_keys(key)
+        return self.get_data_many(keys).get(int(keys[0]))
+
+    def get_data_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
+        """``{key: value}`` for the keys that are present (absent keys are left out)."""
+        loc = self._locate(keys)
+        n = len(loc.keys)
+        if n == 0:
+            return {}
+        blobs = self._read_data(loc)
+        klist = loc.keys.tolist()
+        values = decode_values(
+            self.spec,
+            blobs,
+            lambda i: f"{loc.files[loc.file[i]]}: minishard {int(loc.minishards[i])}: "
+            f"data of key {klist[i]}",
+        )
+        return dict(zip(klist, values))
+
+    def exists(self, keys: Any, return_byte_range: bool = False) -> Any:
+        """Where keys are stored, CloudVolume style.
+
+        For one key: its file name (``(file, start, length)`` with
+        ``return_byte_range``), or None if absent.  For several keys: a dict of
+        those answers by key.  ``file`` is the store key holding the data (the
+        ``.shard`` file, or ``.data`` in the obsolete layout).
+        """
+        one = isinstance(keys, numbers.Integral)
+        arr = as_keys(keys)
+        loc = self._locate(arr)
+        out: dict[int, Any] = dict.fromkeys(arr.tolist())
+        for k, f, start, size in zip(
+            loc.keys.tolist(), loc.file.tolist(), loc.starts.tolist(), loc.sizes.tolist()
+        ):
+            out[k] = (loc.files[f], start, size) if return_byte_range else loc.files[f]
+        return out[int(arr[0])] if one else out
+
+    def list_labels(self, filename: str) -> np.ndarray:
+        """Every key stored in shard file ``filename``, ascending (uint64)."""
+        shard = self._shard_infos([filename])[0]
+        if shard is None:
+            return np.zeros(0, dtype=np.uint64)
+        used = np.flatnonzero(shard.index[:, 1] != shard.index[:, 0])
+        msis = self._minishard_indexes([(shard, m) for m in used.tolist()])
+        ids = [msi.ids for msi in msis]
+        return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.uint64)
+
+    def disassemble_shard(self, blob: bytes, filename: str = "<shard>") -> dict[int, bytes]:
+        """``{key: value}`` of a whole shard file already in memory."""
+        return disassemble_shard(self.spec, blob, filename)
+
+    # -- shard indexes -------------------------------------------------------------------
+
+    def _shard_infos(self, filenames: list[str]) -> list[_Shard | None]:
+        """Shard index of each file (None for absent shards), through the cache."""
+        cached = [self.shard_index_cache.get(fn, False) for fn in filenames]
+        missing = [fn for fn, c in zip(filenames, cached) if c is False]
+        if missing:
+            found = dict(zip(missing, self._fetch_shard_indexes(missing)))
+            for fn, info in found.items():
+                self.shard_index_cache[fn] = info
+            cached = [found[fn] if c is False else c for fn, c in zip(filenames, cached)]
+        return cached
+
+    def _fetch_shard_indexes(self, filenames: list[str]) -> list[_Shard | None]:
+        n = self.spec.index_length
+        blobs = self._get_many([(fn, (0, n)) for fn in filenames], self._truncated_index)
+        out: list[_Shard | None] = []
+        for fn, blob in zip(filenames, blobs):
+            out.append(None if blob is None else _Shard(fn, fn, n, decode_shard_index(blob, self.spec, fn)))
+        absent = [i for i, info in enumerate(out) if info is None]
+        if absent:
+            names = [obsolete_names(filenames[i]) for i in absent]
+            blobs = self._get_many([idx for idx, _ in names], None)
+            for i, (idx, data), blob in zip(absent, names, blobs):
+                if blob is not None:
+                    out[i] = _Shard(filenames[i], data, 0, decode_shard_index(blob, self.spec, idx))
+        return out
+
+    def _truncated_index(self, request: tuple[str, Any]) -> ShardFormatError | None:
+        fn = request[0]
+        size = self.store.size(fn)
+        if size is not None and size < self.spec.index_length:
+            return ShardFormatError(
+                f"{fn}: shard index truncated: file has {size} bytes, the shard index needs "
+                f"{self.spec.index_length} (minishard_bits {self.spec.minishard_bits})"
+            )
+        return None
+
+    # -- minishard indexes ---------------------------------------------------------------
+
+    def _minishard_indexes(self, wanted: list[tuple[_Shard, int]]) -> list[MinishardIndex]:
+        """Decoded minishard index of each (shard, minishard), through the cache."""
+        out: list[MinishardIndex | None] = [None] * len(wanted)
+        pending: dict[str, list[tuple[int, int, int, _Shard, int]]] = {}
+        by_shard: dict[int, list[int]] = {}
+        for i, (shard, m) in enumerate(wanted):
+            by_shard.setdefault(id(shard), []).append(i)
+        for idxs in by_shard.values():
+            shard = wanted[idxs[0]][0]
+            ms = np.array([wanted[i][1] for i in idxs], dtype=np.intp)
+            ranges = check_minishard_ranges(shard.index, ms, shard.data_key).tolist()
+            for i, m, (start, end) in zip(idxs, ms.tolist(), ranges):
+                if start == end:
+                    out[i] = EMPTY_MINISHARD
+                    continue
+                msi = self.minishard_index_cache.get((shard.filename, m))
+                if msi is not None:
+                    out[i] = msi
+                else:
+                    pos = shard.origin + start
+                    pending.setdefault(shard.data_key, []).append(
+                        (pos, pos + end - start, i, shard, m)
+                    )
+        if pending:
+            self._fetch_minishard_indexes(pending, out)
+        return out  # type: ignore[return-value]
+
+    def _fetch_minishard_indexes(self, pending: dict, out: list) -> None:
+        groups = []
+        for key, items in pending.items():
+            items.sort(key=lambda t: t[0])
+            for run in self._coalesce([(a, b) for a, b, *_ in items]):
+                groups.append((key, run, items[run.first : run.last]))
+        blobs = self._get_many(
+            [(key, (run.start, run.stop)) for key, run, _ in groups],
+            lambda req: self._past_end(req, pending, lambda t: (t[0], t[1], t[4], "minishard index")),
+        )
+        decoded: dict[str, tuple[list, list]] = {}
+        for (key, run, items), blob in zip(groups, blobs):
+            if blob is None:
+                raise ShardFormatError(f"{key}: file disappeared while reading its minishard indexes")
+            view = memoryview(blob)
+            bufs, metas = decoded.setdefault(key, ([], []))
+            for a, b, i, shard, m in items:
+                bufs.append(view[a - run.start : b - run.start])
+                metas.append((i, shard, m))
+        for key, (bufs, metas) in decoded.items():
+            shard = metas[0][1]
+            msis = decode_minishard_indexes(
+                bufs, self.spec, shard.origin, key, [m for _, _, m in metas]
+            )
+            for (i, shard, m), msi in zip(metas, msis):
+                self.minishard_index_cache[(shard.filename, m)] = msi
+                out[i] = msi
+
+    # -- lookup --------------------------------------------------------------------------
+
+    def _locate(self, keys: Any) -> _Located:
+        """Find the data byte ranges of the present keys among ``keys``."""
+        keys = np.sort(as_keys(keys))
+        keys = keys[np.r_[True, keys[1:] != keys[:-1]]] if len(keys) else keys
+        shard_no, minishard = self.spec.shard_and_minishard(keys)
+        mb = np.uint64(self.spec.minishard_bits)
+        # (shard, minishard) as one uint64: shard_bits + minishard_bits <= 64
+        group_key = (shard_no << mb) | minishard if self.spec.minishard_bits < 64 else minishard
+        order = np.argsort(group_key)
+        sorted_groups = group_key[order]
+        new = np.r_[True, sorted_groups[1:] != sorted_groups[:-1]] if len(keys) else np.zeros(0, bool)
+        ugroups = sorted_groups[new]
+        group_of_key = np.empty(len(keys), dtype=np.uint64)
+        group_of_key[order] = np.cumsum(new) - 1
+        g_shard = shard_no[order][new]
+        g_minishard = minishard[order][new].tolist()
+        ushards, g_shard_idx = np.unique(g_shard, return_inverse=True)
+        files = [self.spec.shard_filename(s) for s in ushards.tolist()]
+        infos = self._shard_infos(files)
+        present = [g for g, s in enumerate(g_shard_idx.tolist()) if infos[s] is not None]
+        g_info = [infos[s] for s in g_shard_idx.tolist()]
+        msis = self._minishard_indexes([(g_info[g], g_minishard[g]) for g in present])
+        counts = np.fromiter((len(msi.ids) for msi in msis), dtype=np.intp, count=len(msis))
+        if counts.sum() == 0:
+            empty = np.zeros(0, dtype=np.uint64)
+            return _Located(empty, empty, empty, empty, empty.astype(np.intp), [])
+        e_group = np.repeat(np.array(present, dtype=np.uint64), counts)
+        e_ids = np.concatenate([msi.ids for msi in msis])
+        # entries are sorted by (group, key): a lexicographic search finds each key in its group
+        composite_entries = _composite(e_group, e_ids)
+        pos = np.searchsorted(composite_entries, _composite(group_of_key, keys))
+        pos_ok = np.minimum(pos, len(e_ids) - 1)
+        hit = (pos < len(e_ids)) & (e_ids[pos_ok] == keys) & (e_group[pos_ok] == group_of_key)
+        e = pos[hit]
+        data_files = {}
+        info_file = [data_files.setdefault(info.data_key, len(data_files)) if info else -1 for info in g_info]
+        file_of_group = np.array(info_file, dtype=np.intp)
+        return _Located(
+            keys[hit],
+            minishard[hit],
+            np.concatenate([msi.starts for msi in msis])[e],
+            np.concatenate([msi.sizes for msi in msis])[e],
+            file_of_group[group_of_key[hit].astype(np.intp)],
+            list(data_files),
+        )
+
+    # -- data ----------------------------------------------------------------------------
+
+    def _read_data(self, loc: _Located) -> list[memoryview]:
+        """The stored bytes of each located key (views into coalesced reads)."""
+        ends = loc.starts + loc.sizes
+        order = np.lexsort((loc.starts, loc.file))
+        file_sorted = loc.file[order]
+        bounds = np.flatnonzero(np.r_[True, file_sorted[1:] != file_sorted[:-1], True]).tolist()
+        requests, placements = [], []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            key = loc.files[file_sorted[a]]
+            idx = order[a:b]
+            for run in self._coalesce(list(zip(loc.starts[idx].tolist(), ends[idx].tolist()))):
+                placements.append((idx[run.first : run.last], run.start))
+                requests.append((key, (run.start, run.stop)))
+        blobs = self._get_many(requests, lambda req: self._data_past_end(req, loc, ends))
+        out: list[memoryview] = [None] * len(loc.keys)  # type: ignore[list-item]
+        starts, sizes = loc.starts.tolist(), loc.sizes.tolist()
+        for (key, _), (idx, base), blob in zip(requests, placements, blobs):
+            if blob is None:
+                raise ShardFormatError(f"{key}: file disappeared while reading its data")
+            view = memoryview(blob)
+            for i in idx.tolist():
+                a = starts[i] - base
+                out[i] = view[a : a + sizes[i]]
+        return out
+
+    def _data_past_end(self, request, loc: _Located, ends: np.ndarray) -> ShardFormatError | None:
+        key = request[0]
+        size = self.store.size(key)
+        if size is None:
+            return None
+        for i, f in enumerate(loc.file.tolist()):
+            if loc.files[f] == key and int(ends[i]) > size:
+                return ShardFormatError(
+                    f"{key}: minishard {int(loc.minishards[i])}: data of key {int(loc.keys[i])} "
+                    f"at [{int(loc.starts[i])}, {int(ends[i])}) is past the end of the file "
+                    f"({size} bytes)"
+                )
+        return None
+
+    def _past_end(self, request, pending: dict, describe) -> ShardFormatError | None:
+        key = request[0]
+        size = self.store.size(key)
+        if size is None:
+            return None
+        for item in pending.get(key, []):
+            a, b, m, what = describe(item)
+            if b > size:
+                return ShardFormatError(
+                    f"{key}: minishard {m}: {what} at [{a}, {b}) is past the end of the file "
+                    f"({size} bytes)"
+                )
+        return None
+
+    # -- I/O helpers ---------------------------------------------------------------------
+
+    def _coalesce(self, ranges: list[tuple[int, int]]) -> list[_Run]:
+        """Runs of consecutive sorted ``ranges`` to read as one request each."""
+        runs: list[_Run] = []
+        gap, max_read = self.coalesce_gap, self.max_read
+        first, start, stop = 0, None, 0
+        for i, (a, b) in enumerate(ranges):
+            if start is not None and (a > stop + gap or max(stop, b) - start > max_read):
+                runs.append(_Run(first, i, start, stop))
+                start = None
+            if start is None:
+                first, start, stop = i, a, b
+            elif b > stop:
+                stop = b
+        if start is not None:
+            runs.append(_Run(first, len(ranges), start, stop))
+        return runs
+
+    def _get_many(self, requests: list, explain) -> list[bytes | None]:
+        """store.get_many, turning a range past a file's end into a ShardFormatError."""
+        try:
+            return self.store.get_many(requests)
+        except ByteRangeError as e:
+            if explain is not None:
+                for req in requests:
+                    err = explain(req)
+                    if err is not None:
+                        raise err from e
+            raise ShardFormatError(f"shard file shorter than its index says: {e}") from e
+
+
+class _Run(NamedTuple):
+    first: int  # index of the run's first range
+    last: int  # one past its last range
+    start: int
+    stop: int
+
+
+def _composite(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """(high, low) uint64 pairs as 16-byte big-endian records, which sort lexicographically."""
+    out = np.empty((len(high), 2), dtype=">u8")
+    out[:, 0] = high
+    out[:, 1] = low
+    return out.view("V16").reshape(-1)

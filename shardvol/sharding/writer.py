@@ -1,0 +1,162 @@
+"""Writing shard files: whole shards at once, or read-modify-write updates of existing shards.
+
+Every shard file is replaced atomically (``store.set``).  ``update_shard`` holds
+``store.lock(<shard file>)`` around its read-modify-write, so concurrent updates
+of one shard (threads or processes, as far as the store's lock reaches) lose
+nothing.  A ``reader`` passed to these functions has its cached indexes of the
+rewritten files invalidated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from shardvol.errors import ShardFormatError
+from shardvol.kvstore import KVStore, open_store
+from shardvol.kvstore.base import io_pool
+from shardvol.sharding.index import assemble_shard, encode_values, shard_entries, sort_entries
+from shardvol.sharding.reader import ShardReader, fetch_shard, obsolete_names
+from shardvol.sharding.spec import ShardingSpec, as_keys
+
+
+def synthesize_shards(spec: ShardingSpec, data: dict[int, bytes]) -> dict[str, bytes]:
+    """``{filename: shard file bytes}`` holding exactly ``data``; keys sorted per minishard."""
+    keys = as_keys(list(data))
+    values = list(data.values())
+    order, shards, minishards = sort_entries(spec, keys)
+    blobs = encode_values(spec, [values[i] for i in order.tolist()])
+    keys = keys[order]
+    bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True]).tolist() if len(keys) else [0]
+    return {
+        spec.shard_filename(int(shards[a])): assemble_shard(
+            spec, keys[a:b], minishards[a:b], blobs[a:b]
+        )
+        for a, b in zip(bounds[:-1], bounds[1:])
+    }
+
+
+def write_shards(
+    store: KVStore | str,
+    spec: ShardingSpec,
+    data: dict[int, bytes],
+    reader: ShardReader | None = None,
+) -> list[str]:
+    """Write the shard files holding ``data``, replacing those files entirely.
+
+    Shards that ``data`` does not touch are left alone.  Returns the file names written.
+    """
+    store = open_store(store)
+    files = synthesize_shards(spec, data)
+    list(io_pool().map(lambda item: store.set(*item), files.items()))
+    if reader is not None:
+        for fn in files:
+            reader.invalidate(fn)
+    return sorted(files)
+
+
+def update_shard(
+    store: KVStore | str,
+    spec: ShardingSpec,
+    put: dict[int, bytes],
+    delete: Iterable[int] = (),
+    reader: ShardReader | None = None,
+) -> list[str]:
+    """Store ``put`` and remove ``delete`` (applied first) in the existing shard files.
+
+    Each touched shard is read, changed and rewritten atomically under
+    ``store.lock(filename)``; entries not named are kept as stored (not
+    re-encoded).  A shard left empty is deleted.  Returns the touched file names.
+    """
+    store = open_store(store)
+    put_keys = as_keys(list(put))
+    del_keys = np.unique(as_keys(list(delete)))
+    put_blobs = encode_values(spec, list(put.values()))
+    put_shard, _ = spec.shard_and_minishard(put_keys)
+    del_shard, _ = spec.shard_and_minishard(del_keys)
+    touched = []
+    for shard in np.union1d(put_shard, del_shard).tolist():
+        in_put = np.flatnonzero(put_shard == shard)
+        fn = spec.shard_filename(shard)
+        with store.lock(fn):
+            _rewrite(
+                store,
+                spec,
+                shard,
+                {int(put_keys[i]): put_blobs[i] for i in in_put.tolist()},
+                del_keys[del_shard == shard].tolist(),
+            )
+        if reader is not None:
+            reader.invalidate(fn)
+        touched.append(fn)
+    return touched
+
+
+def _rewrite(
+    store: KVStore, spec: ShardingSpec, shard: int, put: dict[int, bytes], delete: list[int]
+) -> None:
+    """One shard's read-modify-write (the caller holds the lock); put values are encoded."""
+    fn = spec.shard_filename(shard)
+    blob, obsolete = fetch_shard(store, spec, fn)
+    entries: dict[int, bytes | memoryview] = {}
+    if blob is not None:
+        keys, _, views = shard_entries(spec, blob, fn)
+        home, _ = spec.shard_and_minishard(keys)
+        if (home != np.uint64(shard)).any():
+            k = int(keys[np.argmax(home != np.uint64(shard))])
+            raise ShardFormatError(f"{fn}: key {k} belongs in {spec.filename(k)}")
+        entries = dict(zip(keys.tolist(), views))
+    for k in delete:
+        entries.pop(k, None)
+    entries.update(put)
+    if entries:
+        keys = as_keys(list(entries))
+        values = list(entries.values())
+        order, _, minishards = sort_entries(spec, keys)
+        store.set(fn, assemble_shard(spec, keys[order], minishards, [values[i] for i in order.tolist()]))
+    else:
+        store.delete(fn)
+    if obsolete:
+        for name in obsolete_names(fn):
+            store.delete(name)
+
+
+class ShardWriter:
+    """Collects puts and deletes, then merges them into the shards with :func:`update_shard`
+    on :meth:`flush` (or on leaving a ``with`` block without an exception)."""
+
+    def __init__(
+        self,
+        store: KVStore | str,
+        spec: ShardingSpec,
+        reader: ShardReader | None = None,
+    ) -> None:
+        self.store = open_store(store)
+        self.spec = spec
+        self.reader = reader
+        self._put: dict[int, bytes] = {}
+        self._delete: set[int] = set()
+
+    def put(self, key: int, value: bytes) -> None:
+        k = int(as_keys(key)[0])
+        self._delete.discard(k)
+        self._put[k] = bytes(value)
+
+    def delete(self, key: int) -> None:
+        k = int(as_keys(key)[0])
+        self._put.pop(k, None)
+        self._delete.add(k)
+
+    def flush(self) -> list[str]:
+        """Write what was collected; returns the shard files written."""
+        put, delete = self._put, self._delete
+        self._put, self._delete = {}, set()
+        return update_shard(self.store, self.spec, put, delete, self.reader)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.flush()

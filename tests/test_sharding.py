@@ -1,0 +1,736 @@
+"""shardvol.sharding: spec, known answers, reader batching and caches, updates, bad input.
+
+Oracles here: the `mmh3` package and plain Python integers (hashing, shard
+numbers), TensorStore's golden shard, and a dict model of the store's contents.
+TensorStore / CloudVolume round trips are in test_sharding_oracles.py.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import struct
+import uuid
+from pathlib import Path
+
+import mmh3
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shardvol.compression import gzip_compress
+from shardvol.errors import InfoError, InvalidArgumentError, ShardFormatError
+from shardvol.kvstore import FileStore, KVStore, MemoryStore, PrefixStore
+from shardvol.sharding import (
+    ShardingSpec,
+    ShardReader,
+    ShardWriter,
+    disassemble_shard,
+    encode_shard,
+    read_shard,
+    synthesize_shards,
+    update_shard,
+    write_shards,
+)
+
+GOLDEN = Path("/work/shared/testdata/google__tensorstore__golden_uint64_sharded_raw")
+MURMUR = "murmurhash3_x86_128"
+
+
+def spec_of(**kw) -> ShardingSpec:
+    return ShardingSpec(**{"hash": MURMUR, "minishard_bits": 2, "shard_bits": 1, **kw})
+
+
+def memory_store() -> MemoryStore:
+    return MemoryStore(f"memory://{uuid.uuid4().hex}")
+
+
+def random_data(rng: random.Random, n: int, max_len: int = 40) -> dict[int, bytes]:
+    keys = {rng.getrandbits(64) for _ in range(n)} | {0, 2**64 - 1}
+    return {k: rng.randbytes(rng.randint(0, max_len)) for k in keys}
+
+
+def reference_location(spec: ShardingSpec, key: int) -> tuple[int, int]:
+    """(shard, minishard) from the spec's words, with Python ints and the mmh3 package."""
+    x = key >> spec.preshift_bits if spec.preshift_bits < 64 else 0
+    if spec.hash == MURMUR:
+        x = mmh3.hash64(x.to_bytes(8, "little"), 0, False)[0] % 2**64
+    minishard = x & ((1 << spec.minishard_bits) - 1)
+    shard = (x >> spec.minishard_bits) & ((1 << spec.shard_bits) - 1)
+    return shard, minishard
+
+
+# -- ShardingSpec ---------------------------------------------------------------------------
+
+
+class TestSpec:
+    def test_dict_and_json_round_trip(self):
+        d = {
+            "@type": "neuroglancer_uint64_sharded_v1",
+            "preshift_bits": 3,
+            "hash": MURMUR,
+            "minishard_bits": 6,
+            "shard_bits": 15,
+            "minishard_index_encoding": "gzip",
+            "data_encoding": "raw",
+        }
+        spec = ShardingSpec.from_dict(d)
+        assert spec.to_dict() == d
+        assert ShardingSpec.from_json(spec.to_json()) == spec
+        assert ShardingSpec.from_json(json.dumps(d).encode()) == spec
+        assert spec.index_length == 16 * 64 and spec.num_shards == 2**15
+
+    def test_encodings_default_to_raw(self):
+        spec = ShardingSpec.from_dict(
+            {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
+             "minishard_bits": 0, "shard_bits": 0}
+        )
+        assert spec.minishard_index_encoding == spec.data_encoding == "raw"
+
+    def test_is_immutable(self):
+        with pytest.raises(AttributeError):
+            spec_of().shard_bits = 3
+
+    @pytest.mark.parametrize(
+        "change, field",
+        [
+            ({"@type": "neuroglancer_uint64_sharded_v2"}, "@type"),
+            ({"preshift_bits": -1}, "preshift_bits"),
+            ({"preshift_bits": 65}, "preshift_bits"),
+            ({"preshift_bits": 2.0}, "preshift_bits"),
+            ({"preshift_bits": True}, "preshift_bits"),
+            ({"minishard_bits": 33}, "minishard_bits"),
+            ({"shard_bits": "3"}, "shard_bits"),
+            ({"shard_bits": 65}, "shard_bits"),
+            ({"preshift_bits": 30, "minishard_bits": 20, "shard_bits": 15}, "<= 64"),
+            ({"hash": "md5"}, "hash"),
+            ({"data_encoding": "zstd"}, "data_encoding"),
+            ({"minishard_index_encoding": None}, "minishard_index_encoding"),
+            ({"extra": 1}, "extra"),
+        ],
+    )
+    def test_invalid_fields_are_named(self, change, field):
+        d = {**spec_of().to_dict(), **change}
+        with pytest.raises(InfoError, match=field.replace("@", "@")):
+            ShardingSpec.from_dict(d)
+
+    @pytest.mark.parametrize("missing", ["@type", "hash", "preshift_bits", "minishard_bits", "shard_bits"])
+    def test_missing_field_is_named(self, missing):
+        d = spec_of().to_dict()
+        del d[missing]
+        with pytest.raises(InfoError, match=f"{missing} is missing"):
+            ShardingSpec.from_dict(d)
+
+    def test_bad_json(self):
+        with pytest.raises(InfoError, match="JSON"):
+            ShardingSpec.from_json("{")
+        with pytest.raises(InfoError, match="object"):
+            ShardingSpec.from_json("[1]")
+
+    @pytest.mark.parametrize("seed", range(12))
+    def test_shard_and_minishard_match_reference(self, seed):
+        rng = random.Random(seed)
+        hash_ = rng.choice(["identity", MURMUR])
+        pre = rng.choice([0, 0, 1, 7, 63, 64])
+        mini = rng.randint(0, min(32, 64 - pre))
+        shard = rng.randint(0, 64 - pre - mini)
+        spec = ShardingSpec(preshift_bits=pre, hash=hash_, minishard_bits=mini, shard_bits=shard)
+        keys = [rng.getrandbits(64) for _ in range(300)] + [0, 1, 2**63, 2**64 - 1]
+        shards, minishards = spec.shard_and_minishard(np.array(keys, dtype=np.uint64))
+        assert shards.dtype == minishards.dtype == np.uint64
+        expected = [reference_location(spec, k) for k in keys]
+        assert list(zip(shards.tolist(), minishards.tolist())) == expected
+        # Python-int, numpy-int and list inputs agree
+        assert spec.shard_and_minishard(keys)[0].tolist() == shards.tolist()
+        assert spec.filename(keys[0]) == spec.shard_filename(expected[0][0])
+
+    @pytest.mark.parametrize(
+        "shard_bits, number, name",
+        [(0, 0, "0.shard"), (1, 1, "1.shard"), (4, 15, "f.shard"), (5, 3, "03.shard"),
+         (8, 10, "0a.shard"), (9, 300, "12c.shard"), (64, 2**64 - 1, "ffffffffffffffff.shard")],
+    )
+    def test_shard_filenames(self, shard_bits, number, name):
+        spec = ShardingSpec(shard_bits=shard_bits)
+        assert spec.shard_filename(number) == name
+        with pytest.raises(InvalidArgumentError, match="outside"):
+            spec.shard_filename(spec.num_shards)
+
+    def test_identity_filename(self):
+        spec = ShardingSpec(hash="identity", preshift_bits=2, minishard_bits=3, shard_bits=6)
+        key = (0b101011 << 3 | 0b011) << 2 | 0b11
+        assert spec.filename(key) == "2b.shard"
+
+    @pytest.mark.parametrize("bad", [[-1], [1.5], [2**64], ["7"], np.array([1.0]), np.array([-3])])
+    def test_bad_keys(self, bad):
+        with pytest.raises(InvalidArgumentError):
+            spec_of().shard_and_minishard(bad)
+
+
+# -- known answers ---------------------------------------------------------------------------
+
+
+class TestGolden:
+    """The shard TensorStore's encoder test asserts, byte for byte."""
+
+    def spec(self):
+        return ShardingSpec.from_json((GOLDEN / "sharding.json").read_text())
+
+    def expected(self):
+        return {int(k): bytes(v) for k, v in json.loads((GOLDEN / "expected_chunks.json").read_text()).items()}
+
+    def test_reader(self):
+        reader = ShardReader(str(GOLDEN), self.spec())
+        assert reader.get_data_many([2, 3, 8, 0, 1, 9, 2**64 - 1]) == self.expected()
+        assert reader.get_data(3) == self.expected()[3]
+        assert reader.get_data(4) is None
+        assert reader.list_labels("0.shard").tolist() == sorted(self.expected())
+
+    def test_read_and_disassemble(self):
+        spec = self.spec()
+        assert read_shard(str(GOLDEN), spec, 0) == self.expected()
+        blob = (GOLDEN / "0.shard").read_bytes()
+        assert disassemble_shard(spec, blob) == self.expected()
+
+    def test_encode_round_trip(self):
+        spec = self.spec()
+        blob = encode_shard(spec, self.expected())
+        assert len(blob) == len((GOLDEN / "0.shard").read_bytes())  # same content, our layout
+        assert disassemble_shard(spec, blob) == self.expected()
+
+
+# -- writing and reading ---------------------------------------------------------------------
+
+
+class CountingStore(KVStore):
+    """Records every request passed to get / get_many."""
+
+    def __init__(self, base: KVStore) -> None:
+        self.base, self.url, self.calls = base, base.url, []
+
+    def get(self, key, byte_range=None):
+        self.calls.append([(key, byte_range)])
+        return self.base.get(key, byte_range)
+
+    def get_many(self, requests):
+        reqs = [r if isinstance(r, tuple) else (r, None) for r in requests]
+        self.calls.append(reqs)
+        return [self.base.get(k, r) for k, r in reqs]
+
+    def set(self, key, value):
+        self.base.set(key, value)
+
+    def delete(self, key):
+        self.base.delete(key)
+
+    def list(self, prefix=""):
+        return self.base.list(prefix)
+
+    def size(self, key):
+        return self.base.size(key)
+
+    def requests(self):
+        return [r for call in self.calls for r in call]
+
+
+@pytest.mark.parametrize("encoding", ["raw", "gzip"])
+@pytest.mark.parametrize("bits", [(0, 0, 0), (0, 3, 2), (2, 1, 4), (0, 6, 0)])
+def test_write_then_read(encoding, bits):
+    pre, mini, shard = bits
+    spec = spec_of(preshift_bits=pre, minishard_bits=mini, shard_bits=shard,
+                   minishard_index_encoding=encoding, data_encoding=encoding)
+    store = memory_store()
+    data = random_data(random.Random(hash(bits)), 400)
+    written = write_shards(store, spec, data)
+    assert written == sorted(store.list()) == sorted({spec.filename(k) for k in data})
+    reader = ShardReader(store, spec)
+    absent = [5, 6, 7, 11]
+    got = reader.get_data_many(list(data) + [k for k in absent if k not in data])
+    assert got == data
+    for k in list(data)[:20]:
+        assert reader.get_data(k) == data[k]
+    assert sorted(np.concatenate([reader.list_labels(f) for f in written]).tolist()) == sorted(data)
+    everything = {}
+    for n in range(spec.num_shards):
+        everything.update(read_shard(store, spec, n))
+    assert everything == data
+    assert reader.get_data_many([]) == {}
+
+
+def test_get_data_many_accepts_arrays_and_duplicates():
+    spec = spec_of()
+    store = memory_store()
+    data = {1: b"a", 2: b"bb", 3: b""}
+    write_shards(store, spec, data)
+    reader = ShardReader(store, spec)
+    assert reader.get_data_many(np.array([3, 1, 1, 9], dtype=np.uint64)) == {1: b"a", 3: b""}
+    assert reader.get_data_many(iter([2, 2])) == {2: b"bb"}
+    assert reader.get_data(np.uint64(2)) == b"bb"
+
+
+def test_synthesize_is_deterministic():
+    spec = spec_of(minishard_bits=3, data_encoding="gzip", minishard_index_encoding="gzip")
+    data = random_data(random.Random(1), 200)
+    shuffled = dict(random.Random(2).sample(sorted(data.items()), len(data)))
+    assert spec.synthesize_shard(data) == synthesize_shards(spec, shuffled)
+
+
+def test_keys_sorted_within_minishards():
+    spec = ShardingSpec(hash="identity", minishard_bits=1)
+    blob = encode_shard(spec, {6: b"x", 2: b"y", 4: b"z", 3: b"w"})
+    msi_start, msi_end = struct.unpack_from("<QQ", blob, 0)
+    ids = np.frombuffer(blob[32 + msi_start : 32 + msi_end], "<u8").reshape(3, -1)[0]
+    assert np.cumsum(ids).tolist() == [2, 4, 6]
+
+
+def test_encode_shard_rejects_several_shards():
+    spec = ShardingSpec(hash="identity", shard_bits=1)
+    with pytest.raises(InvalidArgumentError, match="several shards"):
+        encode_shard(spec, {0: b"a", 1: b"b"})
+
+
+def test_empty_shard_encodes_to_zero_index():
+    spec = spec_of(minishard_bits=2)
+    blob = encode_shard(spec, {})
+    assert blob == bytes(64)
+    assert disassemble_shard(spec, blob) == {}
+    store = memory_store()
+    store.set("0.shard", blob)
+    assert ShardReader(store, spec).get_data_many([1, 2]) == {}
+
+
+def test_exists_like_cloudvolume():
+    spec = spec_of(data_encoding="gzip")
+    store = memory_store()
+    data = {10: b"ten" * 10, 20: b"twenty", 30: b""}
+    write_shards(store, spec, data)
+    reader = ShardReader(store, spec)
+    assert reader.exists(10) == spec.filename(10)
+    assert reader.exists(11) is None
+    assert reader.exists([10, 11, 30]) == {10: spec.filename(10), 11: None, 30: spec.filename(30)}
+    ranges = reader.exists([10, 20, 30, 11], return_byte_range=True)
+    assert ranges[11] is None
+    for k in data:
+        filename, start, length = ranges[k]
+        stored = store.get(filename, (start, start + length))
+        assert reader.disassemble_shard(store.get(filename))[k] == data[k]
+        assert stored == gzip_compress(data[k]) or len(stored) == length  # gzip bytes of value
+    assert reader.exists(20, return_byte_range=True) == ranges[20]
+
+
+def test_reader_on_paths_urls_and_prefix_stores(tmp_path):
+    spec = spec_of()
+    data = random_data(random.Random(3), 50)
+    base = FileStore(str(tmp_path))
+    write_shards(PrefixStore(base, "skeletons"), spec, data)
+    for where in (str(tmp_path / "skeletons"), "file://" + str(tmp_path / "skeletons"),
+                  PrefixStore(base, "skeletons")):
+        assert ShardReader(where, spec).get_data_many(list(data)) == data
+    assert ShardReader(str(tmp_path / "skeletons"), spec.to_dict()).get_data_many([0]) == {0: data[0]}
+
+
+def test_batching_one_index_read_per_shard_and_coalesced_data():
+    spec = spec_of(minishard_bits=4, shard_bits=1, minishard_index_encoding="gzip")
+    base = memory_store()
+    data = random_data(random.Random(4), 2000, 100)
+    write_shards(base, spec, data)
+    store = CountingStore(base)
+    reader = ShardReader(store, spec)
+    keys = list(data)[::2]
+    assert reader.get_data_many(keys) == {k: data[k] for k in keys}
+    reqs = store.requests()
+    index_reads = [r for r in reqs if r[1] == (0, spec.index_length)]
+    assert sorted(k for k, _ in index_reads) == ["0.shard", "1.shard"]
+    # minishard indexes are contiguous in our layout: one read per shard, data likewise
+    assert len(store.calls) == 3
+    assert len(reqs) == 2 + 2 + 2
+    # warm: only the data is read
+    store.calls.clear()
+    reader.minishard_index_cache.resize(64)
+    reader.get_data_many(keys)
+    store.calls.clear()
+    assert reader.get_data_many(keys) == {k: data[k] for k in keys}
+    assert len(store.requests()) == 2
+
+
+def test_coalescing_respects_gap_and_max_read():
+    spec = ShardingSpec(hash="identity", minishard_bits=0)
+    base = memory_store()
+    data = {k: bytes([k]) * 1000 for k in range(100)}
+    write_shards(base, spec, data)
+    store = CountingStore(base)
+    keys = list(range(0, 100, 10))
+    reader = ShardReader(store, spec, coalesce_gap=0)
+    assert reader.get_data_many(keys) == {k: data[k] for k in keys}
+    assert len(store.calls[-1]) == 10  # 9000-byte gaps: nothing merges
+    reader = ShardReader(store, spec, coalesce_gap=10_000, max_read=25_000)
+    assert reader.get_data_many(keys) == {k: data[k] for k in keys}
+    data_reads = store.calls[-1]
+    assert 3 <= len(data_reads) <= 4
+    assert all(r[1] - r[0] <= 25_000 for _, r in data_reads)
+    reader = ShardReader(store, spec, coalesce_gap=10_000)
+    assert reader.get_data_many(keys) == {k: data[k] for k in keys}
+    assert len(store.calls[-1]) == 1
+
+
+def test_caches_are_lru_resizable_and_invalidated():
+    spec = spec_of(minishard_bits=3, shard_bits=2)
+    store = memory_store()
+    data = random_data(random.Random(5), 300)
+    write_shards(store, spec, data)
+    reader = ShardReader(store, spec, shard_index_cache_size=2, minishard_index_cache_size=5)
+    assert reader.get_data_many(list(data)) == data
+    assert len(reader.shard_index_cache) == 2 and len(reader.minishard_index_cache) == 5
+    reader.shard_index_cache.resize(1)
+    reader.minishard_index_cache.resize(0)
+    assert len(reader.shard_index_cache) == 1 and len(reader.minishard_index_cache) == 0
+    reader.shard_index_cache.resize(10)
+    reader.minishard_index_cache.resize(100)
+    reader.get_data_many(list(data))
+    assert len(reader.shard_index_cache) == 4
+    # a rewrite behind the reader's back needs invalidate() (stale indexes are not checked)
+    key = next(iter(data))
+    fn = spec.filename(key)
+    write_shards(store, spec, {key: b"new"})
+    assert fn in reader.shard_index_cache
+    reader.invalidate(fn)
+    assert fn not in reader.shard_index_cache
+    assert reader.get_data(key) == b"new"
+    write_shards(store, spec, {k: b"x" for k in data})
+    reader.invalidate()
+    assert len(reader.shard_index_cache) == len(reader.minishard_index_cache) == 0
+    assert reader.get_data_many(list(data)) == {k: b"x" for k in data}
+    with pytest.raises(ValueError):
+        reader.minishard_index_cache.resize(-1)
+
+
+def test_absent_shards_are_cached_until_invalidated():
+    spec = spec_of(shard_bits=3)
+    base = memory_store()
+    store = CountingStore(base)
+    reader = ShardReader(store, spec)
+    assert reader.get_data_many([1, 2, 3]) == {}
+    n = len(store.requests())
+    assert reader.get_data_many([1, 2, 3]) == {}
+    assert len(store.requests()) == n
+    write_shards(base, spec, {1: b"one"}, reader=reader)
+    assert reader.get_data(1) == b"one"
+
+
+# -- obsolete layout ---------------------------------------------------------------------------
+
+
+def split_obsolete(store: KVStore, spec: ShardingSpec) -> None:
+    """Rewrite every <n>.shard as the obsolete <n>.index + <n>.data pair."""
+    for fn in store.list():
+        blob = store.get(fn)
+        stem = fn[: -len(".shard")]
+        store.set(stem + ".index", blob[: spec.index_length])
+        store.set(stem + ".data", blob[spec.index_length :])
+        store.delete(fn)
+
+
+@pytest.mark.parametrize("encoding", ["raw", "gzip"])
+def test_obsolete_index_and_data_files(encoding):
+    spec = spec_of(minishard_index_encoding=encoding, data_encoding=encoding)
+    store = memory_store()
+    data = random_data(random.Random(6), 100)
+    write_shards(store, spec, data)
+    split_obsolete(store, spec)
+    assert not [k for k in store.list() if k.endswith(".shard")]
+    reader = ShardReader(store, spec)
+    assert reader.get_data_many(list(data)) == data
+    k = next(iter(data))
+    filename, start, length = reader.exists(k, return_byte_range=True)
+    assert filename.endswith(".data")
+    assert len(store.get(filename, (start, start + length))) == length
+    assert read_shard(store, spec, 0) | read_shard(store, spec, 1) == data
+    # an update converts the shard to the current layout
+    update_shard(store, spec, {k: b"changed"}, reader=reader)
+    fn = spec.filename(k)
+    assert store.exists(fn) and not store.exists(fn[:-6] + ".index")
+    assert reader.get_data_many(list(data)) == {**data, k: b"changed"}
+
+
+def test_obsolete_index_without_data_is_an_error():
+    spec = spec_of(shard_bits=0)
+    store = memory_store()
+    write_shards(store, spec, {1: b"a"})
+    split_obsolete(store, spec)
+    store.delete("0.data")
+    with pytest.raises(ShardFormatError, match=r"0\.data"):
+        ShardReader(store, spec).get_data(1)
+    with pytest.raises(ShardFormatError, match=r"0\.data"):
+        read_shard(store, spec, 0)
+
+
+# -- updates -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["raw", "gzip"])
+def test_update_shard_keeps_everything_else(encoding):
+    spec = spec_of(minishard_bits=3, shard_bits=2, data_encoding=encoding,
+                   minishard_index_encoding=encoding)
+    store = memory_store()
+    rng = random.Random(7)
+    model = random_data(rng, 200)
+    write_shards(store, spec, model)
+    reader = ShardReader(store, spec)
+    reader.get_data_many(list(model))
+    for step in range(6):
+        keys = list(model)
+        put = {rng.choice(keys): rng.randbytes(5) for _ in range(10)}  # replacements
+        put.update({rng.getrandbits(64): rng.randbytes(rng.randint(0, 9)) for _ in range(10)})
+        delete = {rng.choice(keys) for _ in range(15)} - set(put) | {12345}  # absent too
+        touched = update_shard(store, spec, put, delete, reader=reader)
+        for k in delete:
+            model.pop(k, None)
+        model.update(put)
+        assert set(touched) == {spec.filename(k) for k in set(put) | delete}
+        assert reader.get_data_many(list(model) + list(delete)) == model
+        assert ShardReader(store, spec).get_data_many(list(model)) == model
+
+
+def test_update_shard_deletes_emptied_shards_and_creates_new_ones():
+    spec = ShardingSpec(hash="identity", shard_bits=2)
+    store = memory_store()
+    update_shard(store, spec, {0: b"a", 1: b"b"})
+    assert store.list() == ["0.shard", "1.shard"]
+    update_shard(store, spec, {}, {0})
+    assert store.list() == ["1.shard"]
+    update_shard(store, spec, {5: b"c"}, {1})
+    assert store.list() == ["1.shard"]
+    assert read_shard(store, spec, 1) == {5: b"c"}
+
+
+def test_update_applies_delete_before_put():
+    spec = spec_of()
+    store = memory_store()
+    update_shard(store, spec, {1: b"a"}, {1})
+    assert ShardReader(store, spec).get_data(1) == b"a"
+
+
+def test_update_keeps_stored_bytes_of_untouched_entries():
+    spec = spec_of(shard_bits=0, data_encoding="gzip")
+    store = memory_store()
+    write_shards(store, spec, {1: b"a" * 100, 2: b"b"})
+    reader = ShardReader(store, spec)
+    before = reader.exists(1, return_byte_range=True)
+    stored = store.get(before[0], (before[1], before[1] + before[2]))
+    update_shard(store, spec, {3: b"c"}, reader=reader)
+    after = reader.exists(1, return_byte_range=True)
+    assert store.get(after[0], (after[1], after[1] + after[2])) == stored
+
+
+def test_update_refuses_to_rewrite_a_corrupt_shard():
+    spec = spec_of(shard_bits=0)
+    store = memory_store()
+    write_shards(store, spec, {1: b"a"})
+    store.set("0.shard", store.get("0.shard")[:20])
+    with pytest.raises(ShardFormatError, match=r"0\.shard"):
+        update_shard(store, spec, {2: b"b"})
+    assert len(store.get("0.shard")) == 20
+
+
+def test_shard_writer_collects_then_flushes():
+    spec = spec_of()
+    store = memory_store()
+    reader = ShardReader(store, spec)
+    write_shards(store, spec, {1: b"one", 2: b"two"})
+    assert reader.get_data(1) == b"one"
+    with ShardWriter(store, spec, reader=reader) as w:
+        w.put(3, b"three")
+        w.delete(1)
+        w.put(4, b"x")
+        w.delete(4)
+        assert reader.get_data(3) is None  # nothing written yet
+    assert reader.get_data_many([1, 2, 3, 4]) == {2: b"two", 3: b"three"}
+
+
+def _update_worker(root: str, offset: int, n: int) -> None:
+    spec = ShardingSpec(hash=MURMUR, minishard_bits=2, shard_bits=0, data_encoding="gzip")
+    store = FileStore(root, fsync=False)
+    for i in range(n):
+        update_shard(store, spec, {offset + i: f"{offset}-{i}".encode()}, {offset + i - 1} if i else ())
+
+
+def test_concurrent_updates_from_processes_lose_nothing(tmp_path):
+    spec = ShardingSpec(hash=MURMUR, minishard_bits=2, shard_bits=0, data_encoding="gzip")
+    ctx = multiprocessing.get_context("spawn")
+    n = 15
+    procs = [ctx.Process(target=_update_worker, args=(str(tmp_path), 1000 * p, n)) for p in (1, 2, 3)]
+    for p in procs:
+        p.start()
+    _update_worker(str(tmp_path), 0, n)
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    got = read_shard(str(tmp_path), spec, 0)
+    # each writer deletes its previous key, so exactly its last key survives
+    assert got == {1000 * p + n - 1: f"{1000 * p}-{n - 1}".encode() for p in range(4)}
+    assert sorted(os.listdir(tmp_path)) == [".shardvol-lock.0.shard", "0.shard"]
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def put_u64(blob: bytes, offset: int, value: int) -> bytes:
+    return blob[:offset] + struct.pack("<Q", value) + blob[offset + 8 :]
+
+
+class TestMalformedShards:
+    """Every malformed shard raises ShardFormatError naming the file and minishard."""
+
+    spec = ShardingSpec(hash="identity", minishard_bits=1, shard_bits=0)
+    data = {2: b"abcd", 4: b"efg", 6: b"hi", 3: b"jk"}  # minishard 0: 2, 4, 6; minishard 1: 3
+
+    def shard(self, spec=None) -> bytes:
+        return encode_shard(spec or self.spec, self.data)
+
+    def msi_range(self, blob: bytes, minishard: int) -> tuple[int, int]:
+        start, end = struct.unpack_from("<QQ", blob, 16 * minishard)
+        n = self.spec.index_length
+        return n + start, n + end
+
+    def check(self, blob: bytes, match: str, spec=None, keys=(2, 4, 6, 3)) -> None:
+        spec = spec or self.spec
+        store = memory_store()
+        store.set("0.shard", blob)
+        with pytest.raises(ShardFormatError, match=match):
+            ShardReader(store, spec).get_data_many(list(keys))
+        with pytest.raises(ShardFormatError, match=match):
+            disassemble_shard(spec, blob, "0.shard")
+        with pytest.raises(ShardFormatError, match=match):
+            read_shard(store, spec, 0)
+
+    def test_valid(self):
+        store = memory_store()
+        store.set("0.shard", self.shard())
+        assert ShardReader(store, self.spec).get_data_many(list(self.data)) == self.data
+
+    def test_truncated_shard_index(self):
+        self.check(self.shard()[:20], r"0\.shard: shard index truncated")
+        self.check(b"", r"0\.shard: shard index truncated")
+
+    def test_minishard_index_range_past_end_of_file(self):
+        blob = self.shard()
+        self.check(put_u64(blob, 8, len(blob)), r"0\.shard: minishard 0: .*past the end")
+        self.check(put_u64(blob, 8, 2**63 + 5), r"0\.shard: minishard 0: .*past the end")
+        self.check(put_u64(blob, 24, 2**64 - 1), r"0\.shard: minishard 1: .*past the end")
+
+    def test_minishard_index_end_before_start(self):
+        blob = self.shard()
+        start, _ = struct.unpack_from("<QQ", blob, 16)
+        self.check(put_u64(blob, 24, start - 1), r"0\.shard: minishard 1: .*ends before it starts")
+
+    def test_minishard_index_length_not_multiple_of_24(self):
+        blob = self.shard()
+        _, end = struct.unpack_from("<QQ", blob, 0)
+        self.check(put_u64(blob, 8, end - 1), r"0\.shard: minishard 0: .*not a multiple of 24")
+
+    def test_key_delta_overflow(self):
+        blob = self.shard()
+        a, _ = self.msi_range(blob, 0)
+        self.check(put_u64(blob, a + 8, 2**64 - 1), r"0\.shard: minishard 0: key deltas overflow")
+
+    def test_offset_delta_overflow(self):
+        blob = self.shard()
+        a, _ = self.msi_range(blob, 0)
+        self.check(put_u64(blob, a + 24 + 8, 2**64 - 3), r"0\.shard: minishard 0: data offset/size sums overflow")
+        self.check(put_u64(blob, a + 24, 2**64 - 10), r"0\.shard: minishard 0: data offset/size sums overflow")
+
+    def test_size_overflow(self):
+        blob = self.shard()
+        a, _ = self.msi_range(blob, 0)
+        self.check(put_u64(blob, a + 48, 2**64 - 1), r"0\.shard: minishard 0: data offset/size sums overflow")
+
+    def test_data_range_past_end_of_file(self):
+        blob = self.shard()
+        a, _ = self.msi_range(blob, 0)
+        self.check(put_u64(blob, a + 48 + 16, 10**9), r"0\.shard: minishard 0: data of key 6 .*past the end")
+        self.check(put_u64(blob, a + 24 + 8, 10**12), r"0\.shard: minishard 0: data of key 4 .*past the end")
+
+    def test_duplicate_keys(self):
+        blob = self.shard()
+        a, _ = self.msi_range(blob, 0)
+        self.check(put_u64(blob, a + 8, 0), r"0\.shard: minishard 0: duplicate key 2")
+
+    def test_key_in_wrong_minishard(self):
+        blob = self.shard()
+        a, _ = self.msi_range(blob, 0)
+        blob = put_u64(blob, a, 1)  # keys 1, 3, 5 listed in minishard 0
+        with pytest.raises(ShardFormatError, match=r"0\.shard: minishard 0: key 1 belongs in minishard 1"):
+            disassemble_shard(self.spec, blob, "0.shard")
+        store = memory_store()
+        store.set("0.shard", blob)
+        # a reader only looks for a key in its own minishard: 3 is found there, 5 is not
+        assert ShardReader(store, self.spec).get_data_many([1, 3, 5]) == {3: b"jk"}
+
+    def test_gzip_garbage_in_minishard_index(self):
+        spec = ShardingSpec(hash="identity", minishard_bits=1, minishard_index_encoding="gzip")
+        blob = self.shard(spec)
+        a, b = self.msi_range(blob, 1)
+        blob = blob[:a] + blob[a:a + 10] + b"\xff" * (b - a - 10) + blob[b:]
+        self.check(blob, r"0\.shard: minishard 1: minishard index", spec)
+
+    def test_gzip_garbage_in_data(self):
+        spec = ShardingSpec(hash="identity", minishard_bits=1, data_encoding="gzip")
+        blob = bytearray(self.shard(spec))
+        n = spec.index_length
+        blob[n + 12 : n + 20] = b"\x00" * 8  # inside the first value's deflate stream / trailer
+        self.check(bytes(blob), r"0\.shard: minishard 0: data of key 2", spec)
+        blob = bytearray(self.shard(spec))
+        blob[n : n + 2] = b"PK"
+        self.check(bytes(blob), r"0\.shard: minishard 0: data of key 2: .*not gzip", spec)
+
+
+def mutate(blob: bytes, ops) -> bytes:
+    out = bytearray(blob)
+    for kind, pos, value in ops:
+        if not out:
+            break
+        pos %= len(out)
+        if kind == 0:
+            out[pos] = value
+        elif kind == 1:
+            out[pos] ^= 1 << (value % 8)
+        elif kind == 2:
+            del out[pos:]
+        else:
+            out[pos:pos] = bytes([value]) * (value % 9 + 1)
+    return bytes(out)
+
+
+FUZZ_SPECS = [
+    ShardingSpec(hash="identity", minishard_bits=2, shard_bits=0),
+    ShardingSpec(hash=MURMUR, minishard_bits=1, shard_bits=0, minishard_index_encoding="gzip",
+                 data_encoding="gzip"),
+]
+FUZZ_DATA = {k: bytes([k % 251]) * (k % 13) for k in (0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 2**64 - 1)}
+FUZZ_BLOBS = [encode_shard(s, FUZZ_DATA) for s in FUZZ_SPECS]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.integers(0, len(FUZZ_SPECS) - 1),
+    ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10**6), st.integers(0, 255)),
+                 min_size=1, max_size=4),
+)
+def test_mutated_shards_fail_cleanly(which, ops):
+    """Any mutation reads fine or raises ShardFormatError; nothing else, nothing huge."""
+    spec, blob = FUZZ_SPECS[which], mutate(FUZZ_BLOBS[which], ops)
+    store = memory_store()
+    store.set("0.shard", blob)
+    keys = list(FUZZ_DATA) + [4, 6, 7]
+    try:
+        got = ShardReader(store, spec).get_data_many(keys)
+        assert set(got) <= set(keys)
+        assert all(len(v) < 10 * len(blob) + 1000 for v in got.values())
+    except ShardFormatError as e:
+        assert "0.shard" in str(e)
+    try:
+        disassemble_shard(spec, blob, "0.shard")
+    except ShardFormatError as e:
+        assert "0.shard" in str(e)
