@@ -48,15 +48,17 @@ SPEC = ShardingSpec(
 )
 
 
-def best_of(fn, repeat: int = 5, setup=None) -> float:
-    times = []
+def best_times(fns: dict, repeat: int = 7, setup: dict | None = None) -> dict[str, float]:
+    """Best time of each function; repetitions interleave them so they share the machine's load."""
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeat):
-        if setup is not None:
-            setup()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        for name, fn in fns.items():
+            if setup and name in setup:
+                setup[name]()
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def make_data(symbols: int = 256) -> dict[int, bytes]:
@@ -105,13 +107,23 @@ def cv_reader(path: str, minishard_cache: int = 128):
     from cloudvolume.datasource.precomputed.sharding import ShardingSpecification, ShardReader
 
     config = SharedConfiguration(
-        cdn_cache=False, compress=None, compress_level=None, green=False, mip=0, parallel=1,
-        progress=False, secrets=None, spatial_index_db=None, cache_locking=False,
+        cdn_cache=False,
+        compress=None,
+        compress_level=None,
+        green=False,
+        mip=0,
+        parallel=1,
+        progress=False,
+        secrets=None,
+        spatial_index_db=None,
+        cache_locking=False,
         codec_threads=1,
     )
     url = "file://" + path
     cache = CacheService(
-        cloudpath=os.path.join(path, "unused-cache"), enabled=False, config=config,
+        cloudpath=os.path.join(path, "unused-cache"),
+        enabled=False,
+        config=config,
         meta=types.SimpleNamespace(cloudpath=url),
     )
     spec = ShardingSpecification.from_dict(SPEC.to_dict())
@@ -125,6 +137,14 @@ def cv_spec():
 
 
 # -- report --------------------------------------------------------------------------------
+
+
+def fresh_dir(d: str):
+    def setup() -> None:
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+
+    return setup
 
 
 def line(name: str, ours: float, peers: dict[str, float]) -> None:
@@ -145,50 +165,58 @@ def run(data: dict[int, bytes], kind: str) -> None:
     keys = list(data)
     rng = np.random.default_rng(1)
     read_keys = [keys[i] for i in rng.choice(len(keys), N_READ, replace=False)]
-    expected = {k: data[k] for k in read_keys}
     root = tempfile.mkdtemp(prefix="bench-sharding-")
     try:
         print(
             f"== {N_KEYS} keys, {sum(map(len, data.values())) / 1e6:.1f} MB of {kind} values, "
             f"{SPEC.to_json()}; {os.cpu_count()} CPUs; times are noisy on a shared machine\n"
         )
-        # writes
         sv_dir, ts_dir = os.path.join(root, "sv"), os.path.join(root, "ts")
-        fresh = lambda d: lambda: (shutil.rmtree(d, ignore_errors=True), os.makedirs(d))  # noqa: E731
-        t_sv_write = best_of(lambda: write_shards(FileStore(sv_dir), SPEC, data), 3, fresh(sv_dir))
-        t_ts_write = best_of(lambda: ts_write(ts_dir, data), 3, fresh(ts_dir))
-        t_sv_synth = best_of(lambda: synthesize_shards(SPEC, data), 3)
         cvs = cv_spec()
-        t_cv_synth = best_of(lambda: cvs.synthesize_shards(data), 2)
-        line("write all keys to files", t_sv_write, {"TensorStore": t_ts_write})
-        line("synthesize all shards in memory", t_sv_synth, {"CloudVolume": t_cv_synth})
-
-        # reads, on each writer's files
+        t = best_times(
+            {
+                "sv write": lambda: write_shards(FileStore(sv_dir), SPEC, data),
+                "ts write": lambda: ts_write(ts_dir, data),
+                "sv synth": lambda: synthesize_shards(SPEC, data),
+                "cv synth": lambda: cvs.synthesize_shards(data),
+            },
+            repeat=3,
+            setup={"sv write": fresh_dir(sv_dir), "ts write": fresh_dir(ts_dir)},
+        )
+        line("write all keys to files", t["sv write"], {"TensorStore": t["ts write"]})
+        line("synthesize all shards in memory", t["sv synth"], {"CloudVolume": t["cv synth"]})
         for label, d in (("TensorStore-written", ts_dir), ("shardvol-written", sv_dir)):
             print(f"\nread {N_READ} random keys, {label} files")
-            assert ShardReader(d, SPEC).get_data_many(read_keys) == expected
-            assert ts_read(ts_kvstore(d), read_keys) == expected
-            cv_got = cv_reader(d).get_data(read_keys)
-            assert cv_got == expected
-
-            t_sv = best_of(lambda: ShardReader(d, SPEC).get_data_many(read_keys))
-            t_ts = best_of(lambda: ts_read(ts_kvstore(d), read_keys))
-            t_cv = best_of(lambda: cv_reader(d).get_data(read_keys), 3)
-            line("  cold (fresh reader)", t_sv, {"TensorStore": t_ts, "CloudVolume": t_cv})
-
-            sv = ShardReader(d, SPEC, minishard_index_cache_size=1024)
-            sv.get_data_many(read_keys)
-            kv = ts_kvstore(d, 64 << 20)
-            ts_read(kv, read_keys)
-            cv = cv_reader(d, minishard_cache=1024)
-            cv.get_data(read_keys)
-            t_sv = best_of(lambda: sv.get_data_many(read_keys))
-            t_ts = best_of(lambda: ts_read(kv, read_keys))
-            t_cv = best_of(lambda: cv.get_data(read_keys), 3)
-            line("  warm (indexes cached)", t_sv, {"TensorStore": t_ts, "CloudVolume": t_cv})
+            read_figures(d, read_keys, {k: data[k] for k in read_keys})
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
+
+
+def read_figures(d: str, read_keys: list[int], expected: dict[int, bytes]) -> None:
+    assert ShardReader(d, SPEC).get_data_many(read_keys) == expected
+    assert ts_read(ts_kvstore(d), read_keys) == expected
+    assert cv_reader(d).get_data(read_keys) == expected
+    t = best_times(
+        {
+            "sv": lambda: ShardReader(d, SPEC).get_data_many(read_keys),
+            "ts": lambda: ts_read(ts_kvstore(d), read_keys),
+            "cv": lambda: cv_reader(d).get_data(read_keys),
+        }
+    )
+    line("  cold (fresh reader)", t["sv"], {"TensorStore": t["ts"], "CloudVolume": t["cv"]})
+    sv = ShardReader(d, SPEC, minishard_index_cache_size=1024)
+    kv = ts_kvstore(d, 64 << 20)
+    cv = cv_reader(d, minishard_cache=1024)
+    t = best_times(
+        {
+            "sv": lambda: sv.get_data_many(read_keys),
+            "ts": lambda: ts_read(kv, read_keys),
+            "cv": lambda: cv.get_data(read_keys),
+        },
+        repeat=8,  # the first round fills the caches
+    )
+    line("  warm (indexes cached)", t["sv"], {"TensorStore": t["ts"], "CloudVolume": t["cv"]})
 
 
 if __name__ == "__main__":

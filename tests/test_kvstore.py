@@ -122,6 +122,20 @@ class TestFileStore(StoreContract):
         s = FileStore(str(tmp_path))
         return s, s
 
+    def test_get_many_batches_keep_order_and_errors(self, tmp_path):
+        s = FileStore(str(tmp_path))
+        s.BATCH_BYTES = 4096  # force several concurrent batches
+        for i in range(3):
+            s.set(f"f{i}", VALUE)
+        reqs = [(f"f{i % 3}", (j * 100, j * 100 + 999)) for i in range(9) for j in range(9)]
+        reqs.insert(40, ("missing", (0, 10)))
+        out = s.get_many(reqs)
+        assert out[40] is None
+        del out[40], reqs[40]
+        assert out == [VALUE[a:b] for _, (a, b) in reqs]
+        with pytest.raises(ByteRangeError, match="f2"):
+            s.get_many(reqs + [("f2", (len(VALUE) - 1, len(VALUE) + 1))])
+
     def test_atomic_write_leaves_no_temp_files(self, tmp_path):
         s = FileStore(str(tmp_path))
         s.set("a/b", b"123")

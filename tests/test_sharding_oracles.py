@@ -155,13 +155,23 @@ def cv_reader(path: str, spec: ShardingSpec):
     from cloudvolume.cloudvolume import SharedConfiguration
 
     config = SharedConfiguration(
-        cdn_cache=False, compress=None, compress_level=None, green=False, mip=0, parallel=1,
-        progress=False, secrets=None, spatial_index_db=None, cache_locking=False,
+        cdn_cache=False,
+        compress=None,
+        compress_level=None,
+        green=False,
+        mip=0,
+        parallel=1,
+        progress=False,
+        secrets=None,
+        spatial_index_db=None,
+        cache_locking=False,
         codec_threads=1,
     )
     url = "file://" + path
     cache = CacheService(
-        cloudpath=os.path.join(path, "unused-cache"), enabled=False, config=config,
+        cloudpath=os.path.join(path, "unused-cache"),
+        enabled=False,
+        config=config,
         meta=types.SimpleNamespace(cloudpath=url),
     )
     return cv_sharding.ShardReader(url, cache, cv_spec(spec))

@@ -8,7 +8,12 @@
 {2: b'b', 3: b'c'}
 """
 
-from shardvol.sharding.index import decode_minishard_index, decode_shard_index, disassemble_shard, encode_shard
+from shardvol.sharding.index import (
+    decode_minishard_index,
+    decode_shard_index,
+    disassemble_shard,
+    encode_shard,
+)
 from shardvol.sharding.reader import ShardReader, read_shard
 from shardvol.sharding.spec import SHARDING_TYPE, ShardingSpec
 from shardvol.sharding.writer import ShardWriter, synthesize_shards, update_shard, write_shards

@@ -36,27 +36,24 @@ def codec_pool() -> ThreadPoolExecutor:
 
 
 def map_batched(
-    fn: Callable[[T], R], items: Sequence[T], total_bytes: int
+    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], total_bytes: int
 ) -> list[R]:
-    """``[fn(x) for x in items]``, split into one batch per codec thread when worthwhile.
+    """``fn(items)`` for a function mapping a batch to a same-length list, run as one
+    batch per codec thread when ``total_bytes`` of work makes that worthwhile.
 
-    Exceptions raised by ``fn`` propagate (the first batch's in order).  Must not
-    be called from a codec-pool task.
+    The calling thread runs the first batch.  Exceptions propagate (the first
+    batch's first).  Must not be called from a codec-pool task.
     """
     n = len(items)
     threads = codec_threads()
     if threads == 1 or n < 2 or total_bytes < MIN_PARALLEL_BYTES:
-        return [fn(x) for x in items]
+        return fn(items)
     if threading.current_thread().name.startswith("shardvol-codec"):
         raise RuntimeError("map_batched must not be called from a codec-pool task")
     step = -(-n // threads)
     batches = [items[i : i + step] for i in range(0, n, step)]
-    futures = [codec_pool().submit(_run_batch, fn, b) for b in batches[1:]]
-    out = _run_batch(fn, batches[0])  # the calling thread takes the first batch
+    futures = [codec_pool().submit(fn, b) for b in batches[1:]]
+    out = list(fn(batches[0]))
     for f in futures:
         out.extend(f.result())
     return out
-
-
-def _run_batch(fn: Callable[[T], R], batch: Sequence[T]) -> list[R]:
-    return [fn(x) for x in batch]

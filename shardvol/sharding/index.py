@@ -13,6 +13,7 @@ A decoded minishard index lists, for each key, the absolute byte range of its
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -88,7 +89,9 @@ def decode_minishard_indexes(
     raws = []
     for buf, m in zip(bufs, minishards):
         if spec.minishard_index_encoding == "gzip":
-            buf = gzip_decompress(buf, f"{filename}: minishard {m}: minishard index", ShardFormatError)
+            buf = gzip_decompress(
+                buf, f"{filename}: minishard {m}: minishard index", ShardFormatError
+            )
         if len(buf) % 24:
             raise ShardFormatError(
                 f"{filename}: minishard {m}: minishard index length {len(buf)} is not a "
@@ -168,22 +171,30 @@ def encode_values(spec: ShardingSpec, values: list[bytes]) -> list[bytes]:
     """Values in the shard's data encoding (gzip runs on the codec threads)."""
     if spec.data_encoding == "raw":
         return [bytes(v) for v in values]
-    return map_batched(gzip_compress, values, sum(map(len, values)))
+    return map_batched(_gzip_all, values, sum(map(len, values)))
 
 
-def decode_values(spec: ShardingSpec, blobs: list, contexts) -> list[bytes]:
+def decode_values(spec: ShardingSpec, blobs: list, contexts: Callable[[int], str]) -> list[bytes]:
     """Inverse of :func:`encode_values`; ``contexts(i)`` names entry ``i`` in error messages."""
     if spec.data_encoding == "raw":
         return [bytes(b) for b in blobs]
+    try:
+        return map_batched(_gunzip_all, blobs, sum(map(len, blobs)))
+    except ShardFormatError:
+        for i, blob in enumerate(blobs):  # find the first bad value to name it
+            try:
+                gzip_decompress(blob, "data", ShardFormatError)
+            except ShardFormatError as e:
+                raise ShardFormatError(f"{contexts(i)}: {e}") from None
+        raise
 
-    def one(item):
-        i, blob = item
-        try:
-            return gzip_decompress(blob, "data", ShardFormatError)
-        except ShardFormatError as e:
-            raise ShardFormatError(f"{contexts(i)}: {e}") from None
 
-    return map_batched(one, list(enumerate(blobs)), sum(map(len, blobs)))
+def _gzip_all(values: Sequence[bytes]) -> list[bytes]:
+    return [gzip_compress(v) for v in values]
+
+
+def _gunzip_all(blobs: Sequence) -> list[bytes]:
+    return [gzip_decompress(b, "data", ShardFormatError) for b in blobs]
 
 
 def sort_entries(spec: ShardingSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -275,7 +286,9 @@ def shard_entries(
     return ids, listed, [view[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
-def disassemble_shard(spec: ShardingSpec, blob: bytes, filename: str = "<shard>") -> dict[int, bytes]:
+def disassemble_shard(
+    spec: ShardingSpec, blob: bytes, filename: str = "<shard>"
+) -> dict[int, bytes]:
     """``{key: decoded value}`` of every entry of a whole shard file."""
     keys, minishards, views = shard_entries(spec, blob, filename)
     klist = keys.tolist()

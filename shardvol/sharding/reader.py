@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -142,8 +143,10 @@ class ShardReader:
         values = decode_values(
             self.spec,
             blobs,
-            lambda i: f"{loc.files[loc.file[i]]}: minishard {int(loc.minishards[i])}: "
-            f"data of key {klist[i]}",
+            lambda i: (
+                f"{loc.files[loc.file[i]]}: minishard {int(loc.minishards[i])}: "
+                f"data of key {klist[i]}"
+            ),
         )
         return dict(zip(klist, values))
 
@@ -197,7 +200,9 @@ class ShardReader:
         blobs = self._get_many([(fn, (0, n)) for fn in filenames], self._truncated_index)
         out: list[_Shard | None] = []
         for fn, blob in zip(filenames, blobs):
-            out.append(None if blob is None else _Shard(fn, fn, n, decode_shard_index(blob, self.spec, fn)))
+            out.append(
+                None if blob is None else _Shard(fn, fn, n, decode_shard_index(blob, self.spec, fn))
+            )
         absent = [i for i, info in enumerate(out) if info is None]
         if absent:
             names = [obsolete_names(filenames[i]) for i in absent]
@@ -254,12 +259,16 @@ class ShardReader:
                 groups.append((key, run, items[run.first : run.last]))
         blobs = self._get_many(
             [(key, (run.start, run.stop)) for key, run, _ in groups],
-            lambda req: self._past_end(req, pending, lambda t: (t[0], t[1], t[4], "minishard index")),
+            lambda req: self._past_end(
+                req, pending, lambda t: (t[0], t[1], t[4], "minishard index")
+            ),
         )
         decoded: dict[str, tuple[list, list]] = {}
         for (key, run, items), blob in zip(groups, blobs):
             if blob is None:
-                raise ShardFormatError(f"{key}: file disappeared while reading its minishard indexes")
+                raise ShardFormatError(
+                    f"{key}: file disappeared while reading its minishard indexes"
+                )
             view = memoryview(blob)
             bufs, metas = decoded.setdefault(key, ([], []))
             for a, b, i, shard, m in items:
@@ -286,8 +295,9 @@ class ShardReader:
         group_key = (shard_no << mb) | minishard if self.spec.minishard_bits < 64 else minishard
         order = np.argsort(group_key)
         sorted_groups = group_key[order]
-        new = np.r_[True, sorted_groups[1:] != sorted_groups[:-1]] if len(keys) else np.zeros(0, bool)
-        ugroups = sorted_groups[new]
+        new = (
+            np.r_[True, sorted_groups[1:] != sorted_groups[:-1]] if len(keys) else np.zeros(0, bool)
+        )
         group_of_key = np.empty(len(keys), dtype=np.uint64)
         group_of_key[order] = np.cumsum(new) - 1
         g_shard = shard_no[order][new]
@@ -311,7 +321,9 @@ class ShardReader:
         hit = (pos < len(e_ids)) & (e_ids[pos_ok] == keys) & (e_group[pos_ok] == group_of_key)
         e = pos[hit]
         data_files = {}
-        info_file = [data_files.setdefault(info.data_key, len(data_files)) if info else -1 for info in g_info]
+        info_file = [
+            data_files.setdefault(info.data_key, len(data_files)) if info else -1 for info in g_info
+        ]
         file_of_group = np.array(info_file, dtype=np.intp)
         return _Located(
             keys[hit],
@@ -331,7 +343,7 @@ class ShardReader:
         file_sorted = loc.file[order]
         bounds = np.flatnonzero(np.r_[True, file_sorted[1:] != file_sorted[:-1], True]).tolist()
         requests, placements = [], []
-        for a, b in zip(bounds[:-1], bounds[1:]):
+        for a, b in pairwise(bounds):
             key = loc.files[file_sorted[a]]
             idx = order[a:b]
             for run in self._coalesce(list(zip(loc.starts[idx].tolist(), ends[idx].tolist()))):

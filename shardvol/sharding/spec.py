@@ -184,4 +184,3 @@ class ShardingSpec:
         from shardvol.sharding.writer import synthesize_shards
 
         return synthesize_shards(self, data)
-

@@ -10,6 +10,7 @@ rewritten files invalidated.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import pairwise
 
 import numpy as np
 
@@ -28,12 +29,14 @@ def synthesize_shards(spec: ShardingSpec, data: dict[int, bytes]) -> dict[str, b
     order, shards, minishards = sort_entries(spec, keys)
     blobs = encode_values(spec, [values[i] for i in order.tolist()])
     keys = keys[order]
-    bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True]).tolist() if len(keys) else [0]
+    bounds = (
+        np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True]).tolist() if len(keys) else [0]
+    )
     return {
         spec.shard_filename(int(shards[a])): assemble_shard(
             spec, keys[a:b], minishards[a:b], blobs[a:b]
         )
-        for a, b in zip(bounds[:-1], bounds[1:])
+        for a, b in pairwise(bounds)
     }
 
 
@@ -114,7 +117,9 @@ def _rewrite(
         keys = as_keys(list(entries))
         values = list(entries.values())
         order, _, minishards = sort_entries(spec, keys)
-        store.set(fn, assemble_shard(spec, keys[order], minishards, [values[i] for i in order.tolist()]))
+        store.set(
+            fn, assemble_shard(spec, keys[order], minishards, [values[i] for i in order.tolist()])
+        )
     else:
         store.delete(fn)
     if obsolete:
