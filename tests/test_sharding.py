@@ -480,6 +480,17 @@ def test_obsolete_index_and_data_files(encoding):
     assert reader.get_data_many(list(data)) == {**data, k: b"changed"}
 
 
+def test_truncated_obsolete_index_is_an_error():
+    spec = spec_of(shard_bits=0)
+    store = memory_store()
+    write_shards(store, spec, {1: b"a"})
+    split_obsolete(store, spec)
+    store.set("0.index", store.get("0.index")[:-1])
+    for read in (lambda: ShardReader(store, spec).get_data(1), lambda: read_shard(store, spec, 0)):
+        with pytest.raises(ShardFormatError, match=r"0\.index: shard index truncated"):
+            read()
+
+
 def test_obsolete_index_without_data_is_an_error():
     spec = spec_of(shard_bits=0)
     store = memory_store()

@@ -182,10 +182,7 @@ def decode_values(spec: ShardingSpec, blobs: list, contexts: Callable[[int], str
         return map_batched(_gunzip_all, blobs, sum(map(len, blobs)))
     except ShardFormatError:
         for i, blob in enumerate(blobs):  # find the first bad value to name it
-            try:
-                gzip_decompress(blob, "data", ShardFormatError)
-            except ShardFormatError as e:
-                raise ShardFormatError(f"{contexts(i)}: {e}") from None
+            gzip_decompress(blob, contexts(i), ShardFormatError)
         raise
 
 

@@ -12,7 +12,7 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import pairwise
 from typing import Any, NamedTuple
 
@@ -68,7 +68,10 @@ def fetch_shard(store: KVStore, spec: ShardingSpec, filename: str) -> tuple[byte
     if blob is not None:
         return blob, False
     index_name, data_name = obsolete_names(filename)
-    index = store.get(index_name)
+    try:
+        index = store.get(index_name, (0, spec.index_length))
+    except ByteRangeError:
+        index = store.get(index_name)  # shorter than a shard index: report its size
     if index is None:
         return None, False
     decode_shard_index(index, spec, index_name)
@@ -206,21 +209,19 @@ class ShardReader:
         absent = [i for i, info in enumerate(out) if info is None]
         if absent:
             names = [obsolete_names(filenames[i]) for i in absent]
-            blobs = self._get_many([idx for idx, _ in names], None)
+            blobs = self._get_many([(idx, (0, n)) for idx, _ in names], self._truncated_index)
             for i, (idx, data), blob in zip(absent, names, blobs):
                 if blob is not None:
                     out[i] = _Shard(filenames[i], data, 0, decode_shard_index(blob, self.spec, idx))
         return out
 
-    def _truncated_index(self, request: tuple[str, Any]) -> ShardFormatError | None:
-        fn = request[0]
-        size = self.store.size(fn)
-        if size is not None and size < self.spec.index_length:
-            return ShardFormatError(
-                f"{fn}: shard index truncated: file has {size} bytes, the shard index needs "
-                f"{self.spec.index_length} (minishard_bits {self.spec.minishard_bits})"
-            )
-        return None
+    def _truncated_index(self, key: str, size: int) -> str | None:
+        if size >= self.spec.index_length:
+            return None
+        return (
+            f"{key}: shard index truncated: file has {size} bytes, the shard index needs "
+            f"{self.spec.index_length} (minishard_bits {self.spec.minishard_bits})"
+        )
 
     # -- minishard indexes ---------------------------------------------------------------
 
@@ -259,8 +260,8 @@ class ShardReader:
                 groups.append((key, run, items[run.first : run.last]))
         blobs = self._get_many(
             [(key, (run.start, run.stop)) for key, run, _ in groups],
-            lambda req: self._past_end(
-                req, pending, lambda t: (t[0], t[1], t[4], "minishard index")
+            lambda key, size: _first_past_end(
+                key, size, ((a, b, m, "minishard index") for a, b, _, _, m in pending[key])
             ),
         )
         decoded: dict[str, tuple[list, list]] = {}
@@ -292,7 +293,7 @@ class ShardReader:
         shard_no, minishard = self.spec.shard_and_minishard(keys)
         mb = np.uint64(self.spec.minishard_bits)
         # (shard, minishard) as one uint64: shard_bits + minishard_bits <= 64
-        group_key = (shard_no << mb) | minishard if self.spec.minishard_bits < 64 else minishard
+        group_key = (shard_no << mb) | minishard
         order = np.argsort(group_key)
         sorted_groups = group_key[order]
         new = (
@@ -349,7 +350,18 @@ class ShardReader:
             for run in self._coalesce(list(zip(loc.starts[idx].tolist(), ends[idx].tolist()))):
                 placements.append((idx[run.first : run.last], run.start))
                 requests.append((key, (run.start, run.stop)))
-        blobs = self._get_many(requests, lambda req: self._data_past_end(req, loc, ends))
+        blobs = self._get_many(
+            requests,
+            lambda key, size: _first_past_end(
+                key,
+                size,
+                (
+                    (int(loc.starts[i]), int(ends[i]), int(loc.minishards[i]), f"data of key {k}")
+                    for i, k in enumerate(loc.keys.tolist())
+                    if loc.files[loc.file[i]] == key
+                ),
+            ),
+        )
         out: list[memoryview] = [None] * len(loc.keys)  # type: ignore[list-item]
         starts, sizes = loc.starts.tolist(), loc.sizes.tolist()
         for (key, _), (idx, base), blob in zip(requests, placements, blobs):
@@ -360,34 +372,6 @@ class ShardReader:
                 a = starts[i] - base
                 out[i] = view[a : a + sizes[i]]
         return out
-
-    def _data_past_end(self, request, loc: _Located, ends: np.ndarray) -> ShardFormatError | None:
-        key = request[0]
-        size = self.store.size(key)
-        if size is None:
-            return None
-        for i, f in enumerate(loc.file.tolist()):
-            if loc.files[f] == key and int(ends[i]) > size:
-                return ShardFormatError(
-                    f"{key}: minishard {int(loc.minishards[i])}: data of key {int(loc.keys[i])} "
-                    f"at [{int(loc.starts[i])}, {int(ends[i])}) is past the end of the file "
-                    f"({size} bytes)"
-                )
-        return None
-
-    def _past_end(self, request, pending: dict, describe) -> ShardFormatError | None:
-        key = request[0]
-        size = self.store.size(key)
-        if size is None:
-            return None
-        for item in pending.get(key, []):
-            a, b, m, what = describe(item)
-            if b > size:
-                return ShardFormatError(
-                    f"{key}: minishard {m}: {what} at [{a}, {b}) is past the end of the file "
-                    f"({size} bytes)"
-                )
-        return None
 
     # -- I/O helpers ---------------------------------------------------------------------
 
@@ -408,17 +392,31 @@ class ShardReader:
             runs.append(_Run(first, len(ranges), start, stop))
         return runs
 
-    def _get_many(self, requests: list, explain) -> list[bytes | None]:
-        """store.get_many, turning a range past a file's end into a ShardFormatError."""
+    def _get_many(
+        self, requests: list, explain: Callable[[str, int], str | None]
+    ) -> list[bytes | None]:
+        """store.get_many; a range past a file's end becomes a ShardFormatError whose
+        message ``explain(key, file size)`` writes."""
         try:
             return self.store.get_many(requests)
         except ByteRangeError as e:
-            if explain is not None:
-                for req in requests:
-                    err = explain(req)
-                    if err is not None:
-                        raise err from e
+            for key in dict.fromkeys(k for k, _ in requests):
+                size = self.store.size(key)
+                message = None if size is None else explain(key, size)
+                if message is not None:
+                    raise ShardFormatError(message) from e
             raise ShardFormatError(f"shard file shorter than its index says: {e}") from e
+
+
+def _first_past_end(key: str, size: int, ranges: Iterable) -> str | None:
+    """Message for the first (start, stop, minishard, what) of ``ranges`` ending past ``size``."""
+    for start, stop, minishard, what in ranges:
+        if stop > size:
+            return (
+                f"{key}: minishard {minishard}: {what} at [{start}, {stop}) is past the end of "
+                f"the file ({size} bytes)"
+            )
+    return None
 
 
 class _Run(NamedTuple):

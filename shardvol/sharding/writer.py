@@ -159,7 +159,7 @@ class ShardWriter:
         self._put, self._delete = {}, set()
         return update_shard(self.store, self.spec, put, delete, self.reader)
 
-    def __enter__(self) -> ShardWriter:
+    def __enter__(self) -> ShardWriter:  # noqa: PYI034
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
