@@ -401,6 +401,17 @@ def test_coalescing_respects_gap_and_max_read():
     assert len(store.calls[-1]) == 1
 
 
+def test_default_coalesce_gap_depends_on_the_store(tmp_path):
+    from shardvol.kvstore.fsspec_store import FsspecStore
+
+    spec = spec_of()
+    local = 16 * 1024
+    assert ShardReader(str(tmp_path), spec).coalesce_gap == local
+    assert ShardReader(PrefixStore(memory_store(), "a"), spec).coalesce_gap == local
+    assert ShardReader(FsspecStore(f"memory://{uuid.uuid4().hex}"), spec).coalesce_gap > local
+    assert ShardReader(str(tmp_path), spec, coalesce_gap=5).coalesce_gap == 5
+
+
 def test_caches_are_lru_resizable_and_invalidated():
     spec = spec_of(minishard_bits=3, shard_bits=2)
     store = memory_store()

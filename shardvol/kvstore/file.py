@@ -81,9 +81,10 @@ class FileStore(KVStore):
             os.close(fd)
 
     # Reading this many bytes from the page cache costs about as much as handing a
-    # task to an I/O thread: requests are batched so that each task reads at least this.
+    # task to an I/O thread: requests are batched so that each task reads at least
+    # this, in at most MAX_BATCHES concurrent tasks (more only add GIL hand-offs).
     BATCH_BYTES = 1 << 20
-    MAX_BATCHES = min(32, 4 * (os.cpu_count() or 1))
+    MAX_BATCHES = 2 * (os.cpu_count() or 1)
 
     def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
         """Ranged reads in a few batches (each file opened once per batch), run concurrently

@@ -36,17 +36,29 @@ def codec_pool() -> ThreadPoolExecutor:
 
 
 def map_batched(
-    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], total_bytes: int
+    fn: Callable[[Sequence[T]], list[R]],
+    items: Sequence[T],
+    total_bytes: int,
+    min_item_bytes: int = 0,
 ) -> list[R]:
     """``fn(items)`` for a function mapping a batch to a same-length list, run as one
     batch per codec thread when ``total_bytes`` of work makes that worthwhile.
+
+    Codecs release the GIL only around their C work: items smaller on average than
+    ``min_item_bytes`` run in one thread, where GIL hand-offs between threads
+    would cost more than the work done without it.
 
     The calling thread runs the first batch.  Exceptions propagate (the first
     batch's first).  Must not be called from a codec-pool task.
     """
     n = len(items)
     threads = codec_threads()
-    if threads == 1 or n < 2 or total_bytes < MIN_PARALLEL_BYTES:
+    if (
+        threads == 1
+        or n < 2
+        or total_bytes < MIN_PARALLEL_BYTES
+        or total_bytes < n * min_item_bytes
+    ):
         return fn(items)
     if threading.current_thread().name.startswith("shardvol-codec"):
         raise RuntimeError("map_batched must not be called from a codec-pool task")

@@ -24,6 +24,10 @@ from shardvol.sharding._parallel import map_batched
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
 _U64 = np.dtype("<u8")
+# Average value sizes from which gzip runs on several threads (see map_batched):
+# inflate gives the GIL up for far less time per byte than deflate.
+PARALLEL_GUNZIP_BYTES = 64 * 1024
+PARALLEL_GZIP_BYTES = 1024
 
 
 class MinishardIndex(NamedTuple):
@@ -171,7 +175,7 @@ def encode_values(spec: ShardingSpec, values: list[bytes]) -> list[bytes]:
     """Values in the shard's data encoding (gzip runs on the codec threads)."""
     if spec.data_encoding == "raw":
         return [bytes(v) for v in values]
-    return map_batched(_gzip_all, values, sum(map(len, values)))
+    return map_batched(_gzip_all, values, sum(map(len, values)), PARALLEL_GZIP_BYTES)
 
 
 def decode_values(spec: ShardingSpec, blobs: list, contexts: Callable[[int], str]) -> list[bytes]:
@@ -179,7 +183,7 @@ def decode_values(spec: ShardingSpec, blobs: list, contexts: Callable[[int], str
     if spec.data_encoding == "raw":
         return [bytes(b) for b in blobs]
     try:
-        return map_batched(_gunzip_all, blobs, sum(map(len, blobs)))
+        return map_batched(_gunzip_all, blobs, sum(map(len, blobs)), PARALLEL_GUNZIP_BYTES)
     except ShardFormatError:
         for i, blob in enumerate(blobs):  # find the first bad value to name it
             gzip_decompress(blob, contexts(i), ShardFormatError)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from shardvol.errors import ByteRangeError, ShardFormatError
-from shardvol.kvstore import KVStore, open_store
+from shardvol.kvstore import FileStore, KVStore, MemoryStore, PrefixStore, open_store
 from shardvol.sharding.index import (
     EMPTY_MINISHARD,
     MinishardIndex,
@@ -32,7 +32,10 @@ from shardvol.sharding.index import (
 from shardvol.sharding.lru import LRU
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
-DEFAULT_COALESCE_GAP = 64 * 1024
+# Default gaps between byte ranges read as one request: about the bytes a local
+# read copies in the time one extra request costs; remote stores pay a round trip.
+LOCAL_COALESCE_GAP = 16 * 1024
+REMOTE_COALESCE_GAP = 1024 * 1024
 DEFAULT_MAX_READ = 32 * 1024 * 1024
 
 
@@ -92,7 +95,8 @@ class ShardReader:
     """Reads values by uint64 key from the shard files of one store (or store prefix).
 
     ``coalesce_gap``: byte ranges of one file closer than this are read as one
-    request (at most ``max_read`` bytes).  Caches hold shard indexes by file
+    request (at most ``max_read`` bytes); by default 16 KiB for local files and
+    memory, 1 MiB for remote stores.  Caches hold shard indexes by file
     name and minishard indexes by (file name, minishard); call
     :meth:`invalidate` after the shard files change.
     """
@@ -103,13 +107,15 @@ class ShardReader:
         spec: ShardingSpec | dict,
         shard_index_cache_size: int = 512,
         minishard_index_cache_size: int = 128,
-        coalesce_gap: int = DEFAULT_COALESCE_GAP,
+        coalesce_gap: int | None = None,
         max_read: int = DEFAULT_MAX_READ,
     ) -> None:
         self.store = open_store(store_or_url)
         self.spec = spec if isinstance(spec, ShardingSpec) else ShardingSpec.from_dict(spec)
         self.shard_index_cache = LRU(shard_index_cache_size)
         self.minishard_index_cache = LRU(minishard_index_cache_size)
+        if coalesce_gap is None:
+            coalesce_gap = LOCAL_COALESCE_GAP if _is_local(self.store) else REMOTE_COALESCE_GAP
         self.coalesce_gap = int(coalesce_gap)
         self.max_read = int(max_read)
 
@@ -406,6 +412,12 @@ class ShardReader:
                 if message is not None:
                     raise ShardFormatError(message) from e
             raise ShardFormatError(f"shard file shorter than its index says: {e}") from e
+
+
+def _is_local(store: KVStore) -> bool:
+    while isinstance(store, PrefixStore):
+        store = store.base
+    return isinstance(store, (FileStore, MemoryStore))
 
 
 def _first_past_end(key: str, size: int, ranges: Iterable) -> str | None:
