@@ -17,8 +17,9 @@ Writes: all keys; shardvol write_shards and TensorStore (one transaction) write
   files into a fresh directory; CloudVolume synthesize_shards only builds them in
   memory (shardvol's synthesize_shards is shown for that comparison).
 
-Times are the best of several repetitions; ratios are peer time / shardvol time.
-Run: python benchmarks/bench_sharding.py
+Times are the best of several repetitions, the implementations interleaved so
+they share the machine's load; ratios are peer time / shardvol time.
+Run: python benchmarks/bench_sharding.py [--compressible]
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The ``neuroglancer_uint64_sharded_v1`` key-value format: uint64 key -> bytes in shard files.
 
->>> spec = ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=6, shard_bits=3,
-...                     minishard_index_encoding="gzip", data_encoding="gzip")
->>> write_shards(store, spec, {1: b"a", 2: b"b"})          # whole shard files
->>> update_shard(store, spec, put={3: b"c"}, delete={1})   # merge into existing shards
->>> ShardReader(store, spec).get_data_many([1, 2, 3])
-{2: b'b', 3: b'c'}
+Example::
+
+    spec = ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=6, shard_bits=3,
+                        minishard_index_encoding="gzip", data_encoding="gzip")
+    reader = ShardReader(store, spec)                   # a KVStore, a path or a URL
+    write_shards(store, spec, {1: b"a", 2: b"b"})       # whole shard files
+    update_shard(store, spec, {3: b"c"}, {1}, reader)   # merge into existing shards
+    reader.get_data_many([1, 2, 3])                     # {2: b"b", 3: b"c"}
 """
 
 from shardvol.sharding.index import (

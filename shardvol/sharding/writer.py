@@ -48,7 +48,9 @@ def write_shards(
 ) -> list[str]:
     """Write the shard files holding ``data``, replacing those files entirely.
 
-    Shards that ``data`` does not touch are left alone.  Returns the file names written.
+    Shards that ``data`` does not touch are left alone (as are obsolete-layout
+    ``.index``/``.data`` files, which readers ignore once the ``.shard`` exists).
+    Returns the file names written.  Call from outside the store I/O pool.
     """
     store = open_store(store)
     files = synthesize_shards(spec, data)
