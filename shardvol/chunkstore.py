@@ -37,8 +37,12 @@ class ChunkStore(ABC):
         """Group chunk coordinates by the unit that stores them."""
 
     @abstractmethod
-    def unit_chunks(self, unit: Unit) -> list[ChunkCoord]:
-        """Every in-bounds chunk coordinate that ``unit`` can hold."""
+    def unit_chunks(self, unit: Unit) -> list[ChunkCoord] | None:
+        """Every in-bounds chunk coordinate that ``unit`` can hold.
+
+        None when that is too costly to enumerate; writers then treat the unit as
+        never fully covered (they merge into it instead of replacing it).
+        """
 
     @abstractmethod
     def update_unit(
