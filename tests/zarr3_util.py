@@ -1,0 +1,65 @@
+"""Whole-chunk read/write of a Zarr v3 array through ZarrChunkStore, for the zarr3 tests.
+
+Deliberately minimal (every chunk, full array): not a slicing layer.  The
+numpy slicing of Zarr arrays lives in shardvol.indexing.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from shardvol.kvstore import KVStore, open_store
+from shardvol.zarr3 import ZARR_JSON, ArrayMetadata, ZarrChunkStore
+
+
+def open_chunkstore(url_or_store: str | KVStore) -> ZarrChunkStore:
+    store = open_store(url_or_store)
+    return ZarrChunkStore(store, ArrayMetadata.from_json(store.get(ZARR_JSON), ZARR_JSON))
+
+
+def chunk_region(cs: ZarrChunkStore, coord) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """(region in the array, region in the full chunk) of chunk ``coord``, clipped to the array."""
+    lo = [c * s for c, s in zip(coord, cs.chunk_shape)]
+    hi = [min(a + s, n) for a, s, n in zip(lo, cs.chunk_shape, cs.shape)]
+    return (
+        tuple(slice(a, b) for a, b in zip(lo, hi)),
+        tuple(slice(0, b - a) for a, b in zip(lo, hi)),
+    )
+
+
+def all_chunks(cs: ZarrChunkStore) -> list[tuple[int, ...]]:
+    return list(itertools.product(*(range(g) for g in cs.grid_shape)))
+
+
+def read_all(cs: ZarrChunkStore) -> np.ndarray:
+    """The whole array, read chunk by chunk (absent chunks read as the fill value)."""
+    out = np.full(cs.shape, cs.fill_value, cs.dtype)
+    coords = all_chunks(cs)
+    for coord, data in cs.read_chunks(coords).items():
+        dst, src = chunk_region(cs, coord)
+        out[dst] = cs.codec.decode(data, context=str(coord))[src]
+    return out
+
+
+def write_all(cs: ZarrChunkStore, array: np.ndarray, replace: bool = True) -> None:
+    """Store the whole array; fill-valued chunks are left out (deleted)."""
+    coords = all_chunks(cs)
+    for unit, members in cs.units(coords).items():
+        put, drop = {}, []
+        for coord in members:
+            dst, src = chunk_region(cs, coord)
+            chunk = np.full(cs.chunk_shape, cs.fill_value, cs.dtype)
+            chunk[src] = array[dst]
+            if cs.codec.is_fill(chunk):
+                drop.append(coord)
+            else:
+                put[coord] = cs.codec.encode(chunk)
+        with cs.lock(unit):
+            cs.update_unit(unit, put, drop, replace=replace)
+
+
+def write_metadata(store: KVStore, meta: ArrayMetadata) -> ZarrChunkStore:
+    store.set(ZARR_JSON, meta.to_bytes())
+    return ZarrChunkStore(store, meta)
