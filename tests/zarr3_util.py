@@ -63,3 +63,67 @@ def write_all(cs: ZarrChunkStore, array: np.ndarray, replace: bool = True) -> No
 def write_metadata(store: KVStore, meta: ArrayMetadata) -> ZarrChunkStore:
     store.set(ZARR_JSON, meta.to_bytes())
     return ZarrChunkStore(store, meta)
+
+
+# --------------------------------------------------------------------------- oracles
+
+
+def ts_open(path: str, **kwargs):
+    import tensorstore as ts
+
+    return ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": path}}, **kwargs).result()
+
+
+def ts_read(path: str) -> np.ndarray:
+    return ts_open(path, read=True).read().result()
+
+
+def ts_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
+    """TensorStore creates the array (its own zarr.json) from ``meta`` and writes ``data``."""
+    import tensorstore as ts
+
+    doc = meta.to_json()
+    doc.pop("attributes", None)
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": path}, "metadata": doc}
+    arr = ts.open(spec, create=True).result()
+    arr[...] = data
+
+
+def zarr_read(path: str) -> np.ndarray:
+    import zarr
+
+    return zarr.open_array(path, mode="r")[...]
+
+
+def zarr_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
+    """zarr-python creates the array (its own zarr.json) with ``meta``'s codecs and writes ``data``."""
+    import zarr
+    from zarr.registry import get_codec_class
+
+    from shardvol.zarr3 import ArrayArrayCodec, ArrayBytesCodec
+
+    def zcodec(codec):
+        doc = codec.to_json()
+        return get_codec_class(doc["name"]).from_dict(doc)
+
+    filters = [zcodec(c) for c in meta.codecs if isinstance(c, ArrayArrayCodec)]
+    serializer = next(zcodec(c) for c in meta.codecs if isinstance(c, ArrayBytesCodec))
+    after = False
+    compressors = []
+    for c in meta.codecs:
+        if after:
+            compressors.append(zcodec(c))
+        after = after or isinstance(c, ArrayBytesCodec)
+    arr = zarr.create_array(
+        store=path,
+        shape=meta.shape,
+        dtype=meta.dtype,
+        chunks=meta.chunk_shape,
+        filters=filters or None,
+        serializer=serializer,
+        compressors=compressors or None,
+        fill_value=meta.fill_value,
+        chunk_key_encoding=meta.chunk_key_encoding.to_json(),
+        dimension_names=meta.dimension_names,
+    )
+    arr[...] = data

@@ -7,7 +7,10 @@ decodes them.
 """
 
 from shardvol.zarr3.codecs import (
+    ArrayArrayCodec,
+    ArrayBytesCodec,
     BloscCodec,
+    BytesBytesCodec,
     BytesCodec,
     ChunkSpec,
     Codec,
@@ -32,8 +35,11 @@ from shardvol.zarr3.chunkstore import ZarrChunkStore
 __all__ = [
     "DATA_TYPES",
     "ZARR_JSON",
+    "ArrayArrayCodec",
+    "ArrayBytesCodec",
     "ArrayMetadata",
     "BloscCodec",
+    "BytesBytesCodec",
     "BytesCodec",
     "ChunkKeyEncoding",
     "ChunkSpec",

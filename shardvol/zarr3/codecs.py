@@ -32,6 +32,7 @@ from shardvol.errors import (
     ChunkDecodeError,
     ChunkEncodeError,
     InfoError,
+    InvalidArgumentError,
     UnsupportedCodecError,
 )
 
@@ -152,6 +153,17 @@ def parse_codec(entry: JSON, where: str) -> Codec:
             f"{where}: codec {name!r} is not supported (supported: {sorted(_REGISTRY)})"
         )
     return cls.from_config(config, f"{where}: codec {name!r}")
+
+
+def default_codec(name: str) -> Codec:
+    """The codec ``name`` with its default configuration (e.g. "zstd", "gzip", "crc32c")."""
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise UnsupportedCodecError(f"codec {name!r} is not supported (supported: {sorted(_REGISTRY)})")
+    try:
+        return cls()
+    except TypeError as e:
+        raise InvalidArgumentError(f"codec {name!r} needs a configuration") from e
 
 
 def parse_codecs(entries: JSON, where: str) -> tuple[Codec, ...]:

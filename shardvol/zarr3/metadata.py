@@ -27,6 +27,7 @@ from shardvol.zarr3.codecs import (
     Codec,
     CodecChain,
     ZstdCodec,
+    default_codec,
     parse_codec,
     parse_codecs,
 )
@@ -425,7 +426,10 @@ def _parse_chunk_grid(value: JSON, source: str) -> tuple[int, ...]:
 def _codec_list(codecs: Sequence[Codec | JSON] | None, where: str) -> tuple[Codec, ...]:
     if codecs is None:
         return (BytesCodec("little"), ZstdCodec())
-    parsed = tuple(c if isinstance(c, Codec) else parse_codec(c, where) for c in codecs)
+    parsed = tuple(
+        c if isinstance(c, Codec) else default_codec(c) if isinstance(c, str) else parse_codec(c, where)
+        for c in codecs
+    )
     if not any(isinstance(c, ArrayBytesCodec) for c in parsed):
         first_bb = next(
             (i for i, c in enumerate(parsed) if not isinstance(c, ArrayArrayCodec)), len(parsed)
