@@ -395,10 +395,12 @@ def _int_list(value: JSON, minimum: int, where: str) -> tuple[int, ...]:
 
 
 def _parse_data_type(value: JSON, source: str) -> str:
-    if isinstance(value, Mapping) and set(value) <= {"name", "configuration"} and not value.get(
-        "configuration"
-    ):
-        value = value.get("name")
+    if isinstance(value, Mapping) and isinstance(value.get("name"), str):
+        if value.get("configuration") or set(value) - {"name", "configuration"}:
+            raise UnsupportedCodecError(
+                f"{source}: data_type {value['name']!r} with configuration is not supported"
+            )
+        value = value["name"]
     if not isinstance(value, str):
         raise InfoError(f"{source}: 'data_type' must be a name, got {value!r}")
     if value not in DATA_TYPES:
