@@ -116,8 +116,15 @@ class BytesBytesCodec(Codec):
     def encode(self, data: bytes) -> bytes: ...
 
     @abstractmethod
-    def decode(self, data: bytes, context: str, out: np.ndarray | None = None) -> Any:
-        """Decoded bytes-like; may decode into ``out`` (uint8, exact expected size) and return it."""
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> Any:
+        """Decoded bytes-like of exactly ``size`` bytes when that is known (else ChunkDecodeError).
+
+        Forged size fields never make a codec allocate more than ``size``.  With
+        ``out`` (a uint8 array of ``size`` bytes) the codec may decode into it and
+        return it (or a view of it).
+        """
 
 
 # --------------------------------------------------------------------------- registry
@@ -322,8 +329,17 @@ class GzipCodec(BytesBytesCodec):
     def encode(self, data: bytes) -> bytes:
         return gzip_compress(data, self.level)
 
-    def decode(self, data: bytes, context: str, out: np.ndarray | None = None) -> bytes:
-        return gzip_decompress(bytes(data), context, ChunkDecodeError)
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> bytes:
+        if size is not None and len(data) >= 4:
+            # the trailer sizes the decoder's output: check it before trusting it
+            trailer = struct.unpack("<I", data[-4:])[0]
+            if trailer != size & 0xFFFFFFFF:
+                raise ChunkDecodeError(
+                    f"{context}: gzip trailer says {trailer} bytes, expected {size}"
+                )
+        return gzip_decompress(bytes(data), context, ChunkDecodeError, size)
 
 
 @register_codec
@@ -351,14 +367,18 @@ class ZstdCodec(BytesBytesCodec):
             return bytes(numcodecs.Zstd(level=self.level, checksum=True).encode(data))
         return imagecodecs.zstd_encode(data, level=self.level)
 
-    def decode(self, data: bytes, context: str, out: np.ndarray | None = None) -> Any:
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> Any:
+        if size is not None and out is None:
+            out = np.empty(size, np.uint8)  # bounds the output whatever the frame header says
         try:
             result = imagecodecs.zstd_decode(data, out=out)
         except Exception as e:  # imagecodecs.ZstdError, or a too-small out buffer
             raise ChunkDecodeError(f"{context}: corrupt zstd data ({e})") from e
-        if out is not None and len(result) != len(out):
+        if size is not None and len(result) != size:
             raise ChunkDecodeError(
-                f"{context}: zstd data decodes to {len(result)} bytes, expected {len(out)}"
+                f"{context}: zstd data decodes to {len(result)} bytes, expected {size}"
             )
         return result
 
@@ -429,15 +449,17 @@ class BloscCodec(BytesBytesCodec):
             numthreads=1,
         )
 
-    def decode(self, data: bytes, context: str, out: np.ndarray | None = None) -> Any:
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> Any:
         if len(data) < 16:
             raise ChunkDecodeError(f"{context}: blosc data truncated ({len(data)} bytes)")
         nbytes, _, cbytes = struct.unpack_from("<III", data, 4)
-        if cbytes != len(data) or (out is not None and nbytes != len(out)):
+        if cbytes != len(data) or (size is not None and nbytes != size):
             raise ChunkDecodeError(
                 f"{context}: blosc header says {nbytes} bytes from {cbytes} compressed, "
                 f"got {len(data)} compressed"
-                + ("" if out is None else f" and expected {len(out)} decoded")
+                + ("" if size is None else f" and expected {size} decoded")
             )
         try:
             return imagecodecs.blosc_decode(data, numthreads=1, out=out)
@@ -464,7 +486,9 @@ class Crc32cCodec(BytesBytesCodec):
     def encode(self, data: bytes) -> bytes:
         return bytes(data) + struct.pack("<I", _crc32c.crc32c(data))
 
-    def decode(self, data: bytes, context: str, out: np.ndarray | None = None) -> Any:
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> Any:
         if len(data) < 4:
             raise ChecksumError(f"{context}: {len(data)} bytes cannot hold a crc32c checksum")
         body = memoryview(data)[:-4]
@@ -474,6 +498,8 @@ class Crc32cCodec(BytesBytesCodec):
             raise ChecksumError(
                 f"{context}: crc32c checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
             )
+        if size is not None and len(body) != size:
+            raise ChunkDecodeError(f"{context}: {len(body)} bytes, expected {size}")
         return body
 
 
@@ -563,17 +589,20 @@ class CodecChain:
             raise ChunkDecodeError(
                 f"{context}: output has shape {list(out.shape)}, expected {list(spec.shape)}"
             )
+        # only the first bytes -> bytes codec has a known decoded size (the array's bytes)
+        size = self._ab.encoded_size(self._ab_spec)
         if self._direct:
             usable = out is not None and out.flags.c_contiguous and out.dtype == spec.dtype
             result = out if usable else np.empty(spec.shape, spec.dtype)
             raw = result.reshape(-1).view(np.uint8)
             for i, codec in enumerate(reversed(self._bb)):
-                data = codec.decode(data, context, raw if i == len(self._bb) - 1 else None)
+                first = i == len(self._bb) - 1
+                data = codec.decode(data, context, size if first else None, raw if first else None)
             if not (isinstance(data, np.ndarray) and np.may_share_memory(data, raw)):
                 self._ab.decode(data, spec, context, result)
         else:
-            for codec in reversed(self._bb):
-                data = codec.decode(data, context)
+            for i, codec in enumerate(reversed(self._bb)):
+                data = codec.decode(data, context, size if i == len(self._bb) - 1 else None)
             result = self._ab.decode(data, self._ab_spec, context)
             for codec, _ in reversed(self._aa):
                 result = codec.decode(result)
