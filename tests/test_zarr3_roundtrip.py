@@ -261,3 +261,19 @@ def test_sharding_behind_transpose_and_nested(tmp_path):
     ours = str(tmp_path / "behind-ours")
     write_all(write_metadata(FileStore(ours), behind), data.astype("u4"))
     assert equal(zarr_read(ours), data.astype("u4")) and equal(ts_read(ours), data.astype("u4"))
+
+
+def test_zstd_checksum_and_blosc_defaults_both_ways(tmp_path):
+    cases = ([ZstdCodec(5, checksum=True)], [BloscCodec()], [ZstdCodec(-3), GzipCodec(0)])
+    for n, codecs in enumerate(cases):
+        meta = create_metadata([20, 9], "float64", [10, 9], [5, 3], codecs=codecs)
+        data = np.random.default_rng(3).normal(size=meta.shape)
+        ours = str(tmp_path / f"ours{n}")
+        write_all(write_metadata(FileStore(ours), meta), data)
+        assert equal(ts_read(ours), data) and equal(zarr_read(ours), data)
+        if n == 0:  # the zstd frame descriptor has the content-checksum flag
+            cs = open_chunkstore(ours)
+            assert cs.read_chunks([(0, 0)])[(0, 0)][4] & 0x04
+        theirs = str(tmp_path / f"theirs{n}")
+        ts_write(theirs, meta, data)
+        assert equal(read_all(open_chunkstore(theirs)), data)

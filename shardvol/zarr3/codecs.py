@@ -93,7 +93,8 @@ class ArrayBytesCodec(Codec):
         """Exact encoded size for ``spec``, or None if it varies."""
 
     @abstractmethod
-    def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes: ...
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> Any:
+        """Bytes-like encoding (bytes, or a contiguous uint8 buffer)."""
 
     @abstractmethod
     def decode(
@@ -113,7 +114,8 @@ class BytesBytesCodec(Codec):
         return self
 
     @abstractmethod
-    def encode(self, data: bytes) -> bytes: ...
+    def encode(self, data: Any) -> bytes:
+        """Encode a bytes-like (bytes, memoryview or contiguous uint8 array)."""
 
     @abstractmethod
     def decode(
@@ -289,8 +291,9 @@ class BytesCodec(ArrayBytesCodec):
     def encoded_size(self, spec: ChunkSpec) -> int:
         return spec.nbytes
 
-    def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:
-        return np.ascontiguousarray(array, dtype=self.stored_dtype(spec.dtype)).tobytes()
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> np.ndarray:
+        stored = np.ascontiguousarray(array, dtype=self.stored_dtype(spec.dtype))
+        return stored.reshape(-1).view(np.uint8)  # no copy when already laid out
 
     def decode(
         self, data: bytes, spec: ChunkSpec, context: str, out: np.ndarray | None = None
@@ -484,7 +487,7 @@ class Crc32cCodec(BytesBytesCodec):
         return {"name": self.name}
 
     def encode(self, data: bytes) -> bytes:
-        return bytes(data) + struct.pack("<I", _crc32c.crc32c(data))
+        return b"".join((data, struct.pack("<I", _crc32c.crc32c(data))))
 
     def decode(
         self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
@@ -577,7 +580,7 @@ class CodecChain:
         data = self._ab.encode(array, self._ab_spec)
         for codec in self._bb:
             data = codec.encode(data)
-        return data
+        return data if isinstance(data, bytes) else bytes(data)
 
     def decode(self, data: bytes, out: np.ndarray | None = None, context: str = "chunk") -> np.ndarray:
         """Decode one chunk into ``out`` (the chunk's shape, any layout) or a new C-ordered array.
@@ -621,5 +624,7 @@ def is_fill(array: np.ndarray, fill_value: Any) -> bool:
     fill = np.asarray(fill_value, dtype=array.dtype)
     if array.dtype.kind in "fc" and np.isnan(fill).any():
         return bool(np.all((array == fill) | (np.isnan(array) & np.isnan(fill))))
+    if array.size and array.flat[0] != fill:  # most stored chunks fail at once
+        return False
     return bool(np.all(array == fill))
 
