@@ -20,7 +20,7 @@ from shardvol.kvstore import FileStore, MemoryStore
 from shardvol.kvstore.memory import clear_memory
 from shardvol.zarr3 import BytesCodec, GzipCodec, ZarrChunkStore, create_metadata
 
-from .zarr3_util import all_chunks, read_all, ts_read, ts_write, write_all, write_metadata
+from .zarr3_util import all_chunks, read_all, ts_read, write_all, write_metadata
 
 MAX = 2**64 - 1
 
@@ -333,3 +333,25 @@ def test_forged_index_entries_never_crash(memstore, location, entries):
         read_everything(cs)
     except ShardvolError:
         pass
+
+
+def test_open_create_and_grid(memstore):
+    from shardvol.errors import InfoError, InvalidArgumentError, OutOfBoundsError
+
+    with pytest.raises(InfoError, match="no zarr.json"):
+        ZarrChunkStore.open(memstore)
+    meta = create_metadata([10, 7], "uint8", [8, 4], [4, 2])
+    cs = ZarrChunkStore.create(memstore, meta)
+    with pytest.raises(InvalidArgumentError, match="already"):
+        ZarrChunkStore.create(memstore, meta)
+    again = ZarrChunkStore.open(memstore)
+    assert again.metadata == meta and again.grid_shape == (3, 4) and again.chunk_shape == (4, 2)
+    assert cs.units([(0, 0), (1, 1), (2, 3)]) == {"c/0/0": [(0, 0), (1, 1)], "c/1/1": [(2, 3)]}
+    assert cs.unit_chunks("c/1/1") == [(2, 2), (2, 3)]  # clipped to the array's grid
+    with pytest.raises(OutOfBoundsError):
+        cs.units([(3, 0)])
+    with pytest.raises(InvalidArgumentError, match="not stored in unit"):
+        cs.update_unit("c/0/0", {(2, 0): b""})
+    memstore.set("zarr.json", b'{"zarr_format": 3}')
+    with pytest.raises(InfoError, match=r"zarr.json: required field"):
+        ZarrChunkStore.open(memstore)

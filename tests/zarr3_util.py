@@ -10,13 +10,12 @@ import itertools
 
 import numpy as np
 
-from shardvol.kvstore import KVStore, open_store
-from shardvol.zarr3 import ZARR_JSON, ArrayMetadata, ZarrChunkStore
+from shardvol.kvstore import KVStore
+from shardvol.zarr3 import ArrayMetadata, ZarrChunkStore
 
 
 def open_chunkstore(url_or_store: str | KVStore) -> ZarrChunkStore:
-    store = open_store(url_or_store)
-    return ZarrChunkStore(store, ArrayMetadata.from_json(store.get(ZARR_JSON), ZARR_JSON))
+    return ZarrChunkStore.open(url_or_store)
 
 
 def chunk_region(cs: ZarrChunkStore, coord) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
@@ -61,8 +60,7 @@ def write_all(cs: ZarrChunkStore, array: np.ndarray, replace: bool = True) -> No
 
 
 def write_metadata(store: KVStore, meta: ArrayMetadata) -> ZarrChunkStore:
-    store.set(ZARR_JSON, meta.to_bytes())
-    return ZarrChunkStore(store, meta)
+    return ZarrChunkStore.create(store, meta, overwrite=True)
 
 
 # --------------------------------------------------------------------------- oracles

@@ -18,14 +18,15 @@ from math import prod
 from shardvol.chunkstore import ChunkCoord, ChunkStore
 from shardvol.errors import (
     ByteRangeError,
+    InfoError,
     InvalidArgumentError,
     OutOfBoundsError,
     ShardFormatError,
 )
-from shardvol.kvstore import KVStore
+from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import Request
 from shardvol.zarr3.codecs import CodecChain
-from shardvol.zarr3.metadata import ArrayMetadata
+from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata
 from shardvol.zarr3.sharding import ShardIndex
 
 #: byte ranges of one shard closer than this are fetched as one request
@@ -48,6 +49,26 @@ class ZarrChunkStore(ChunkStore):
         self.chunk_shape = metadata.inner_chunk_shape
         self.grid_shape = tuple(-(-s // c) for s, c in zip(metadata.shape, self.chunk_shape))
         self._per_shard = self.layout.chunks_per_shard if self.layout else (1,) * metadata.ndim
+
+    @classmethod
+    def open(cls, url_or_store: str | KVStore, **kwargs) -> ZarrChunkStore:
+        """The chunk store of the array whose ``zarr.json`` is at ``url_or_store``."""
+        store = open_store(url_or_store)
+        doc = store.get(ZARR_JSON)
+        if doc is None:
+            raise InfoError(f"no {ZARR_JSON} in {store.url}")
+        return cls(store, ArrayMetadata.from_json(doc, f"{store.url}/{ZARR_JSON}"), **kwargs)
+
+    @classmethod
+    def create(
+        cls, url_or_store: str | KVStore, metadata: ArrayMetadata, overwrite: bool = False, **kwargs
+    ) -> ZarrChunkStore:
+        """Write ``metadata`` as a new array's ``zarr.json`` (existing chunks are not touched)."""
+        store = open_store(url_or_store)
+        if not overwrite and store.exists(ZARR_JSON):
+            raise InvalidArgumentError(f"{store.url} already holds a {ZARR_JSON} (overwrite=False)")
+        store.set(ZARR_JSON, metadata.to_bytes())
+        return cls(store, metadata, **kwargs)
 
     # ----------------------------------------------------------------- geometry
 

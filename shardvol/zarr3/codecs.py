@@ -182,7 +182,7 @@ def parse_codecs(entries: JSON, where: str) -> tuple[Codec, ...]:
     return tuple(parse_codec(e, f"{where}[{i}]") for i, e in enumerate(entries))
 
 
-def _check_keys(config: Mapping[str, JSON], allowed: set[str], where: str) -> None:
+def check_config_keys(config: Mapping[str, JSON], allowed: set[str], where: str) -> None:
     extra = set(config) - allowed
     if extra:
         raise InfoError(f"{where}: unknown configuration members {sorted(extra)}")
@@ -216,7 +216,7 @@ class TransposeCodec(ArrayArrayCodec):
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> TransposeCodec:
-        _check_keys(config, {"order"}, where)
+        check_config_keys(config, {"order"}, where)
         order = config.get("order")
         if order in ("C", "F"):
             return cls(order)
@@ -268,7 +268,7 @@ class BytesCodec(ArrayBytesCodec):
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> BytesCodec:
-        _check_keys(config, {"endian"}, where)
+        check_config_keys(config, {"endian"}, where)
         endian = config.get("endian")
         if endian not in ("little", "big", None):
             raise InfoError(f"{where}: 'endian' must be 'little' or 'big', got {endian!r}")
@@ -323,7 +323,7 @@ class GzipCodec(BytesBytesCodec):
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> GzipCodec:
-        _check_keys(config, {"level"}, where)
+        check_config_keys(config, {"level"}, where)
         return cls(_int_param(config, "level", None, 0, 9, where))
 
     def to_json(self) -> dict[str, JSON]:
@@ -354,7 +354,7 @@ class ZstdCodec(BytesBytesCodec):
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> ZstdCodec:
-        _check_keys(config, {"level", "checksum"}, where)
+        check_config_keys(config, {"level", "checksum"}, where)
         checksum = config.get("checksum", False)
         if not isinstance(checksum, bool):
             raise InfoError(f"{where}: 'checksum' must be true or false, got {checksum!r}")
@@ -402,7 +402,7 @@ class BloscCodec(BytesBytesCodec):
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> BloscCodec:
-        _check_keys(config, {"cname", "clevel", "shuffle", "typesize", "blocksize"}, where)
+        check_config_keys(config, {"cname", "clevel", "shuffle", "typesize", "blocksize"}, where)
         cname = config.get("cname", "lz4")
         if cname not in _BLOSC_CNAMES:
             raise InfoError(f"{where}: 'cname' must be one of {list(_BLOSC_CNAMES)}, got {cname!r}")
@@ -480,7 +480,7 @@ class Crc32cCodec(BytesBytesCodec):
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> Crc32cCodec:
-        _check_keys(config, set(), where)
+        check_config_keys(config, set(), where)
         return cls()
 
     def to_json(self) -> dict[str, JSON]:
@@ -515,7 +515,7 @@ class CodecChain:
     def __init__(self, codecs: Sequence[Codec], spec: ChunkSpec, where: str = "codecs") -> None:
         self.spec = spec
         self.codecs = tuple(codecs)
-        aa: list[tuple[ArrayArrayCodec, ChunkSpec]] = []
+        aa: list[ArrayArrayCodec] = []
         ab: ArrayBytesCodec | None = None
         bb: list[BytesBytesCodec] = []
         current = spec
@@ -524,7 +524,7 @@ class CodecChain:
             if isinstance(codec, ArrayArrayCodec):
                 if ab is not None:
                     raise InfoError(f"{here}: array -> array codec after the array -> bytes codec")
-                aa.append((codec, current))
+                aa.append(codec)
                 current = codec.resolve(current, here)
             elif isinstance(codec, ArrayBytesCodec):
                 if ab is not None:
@@ -551,15 +551,6 @@ class CodecChain:
             and ab.stored_dtype(spec.dtype) == spec.dtype.newbyteorder("=")
         )
 
-    @property
-    def array_bytes_codec(self) -> ArrayBytesCodec:
-        return self._ab
-
-    @property
-    def inner_spec(self) -> ChunkSpec:
-        """Spec of the array the array -> bytes codec sees (after transposes)."""
-        return self._ab_spec
-
     def encoded_size(self) -> int | None:
         """Exact encoded size of every chunk, or None if it varies (compression)."""
         size = self._ab.encoded_size(self._ab_spec)
@@ -575,7 +566,7 @@ class CodecChain:
             raise ChunkEncodeError(
                 f"chunk array has shape {list(array.shape)}, expected {list(self.spec.shape)}"
             )
-        for codec, _ in self._aa:
+        for codec in self._aa:
             array = codec.encode(array)
         data = self._ab.encode(array, self._ab_spec)
         for codec in self._bb:
@@ -607,7 +598,7 @@ class CodecChain:
             for i, codec in enumerate(reversed(self._bb)):
                 data = codec.decode(data, context, size if i == len(self._bb) - 1 else None)
             result = self._ab.decode(data, self._ab_spec, context)
-            for codec, _ in reversed(self._aa):
+            for codec in reversed(self._aa):
                 result = codec.decode(result)
         if out is not None and result is not out:
             np.copyto(out, result)

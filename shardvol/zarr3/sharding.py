@@ -29,7 +29,7 @@ from shardvol.zarr3.codecs import (
     Codec,
     CodecChain,
     Crc32cCodec,
-    _check_keys,
+    check_config_keys,
     is_fill,
     parse_codecs,
     register_codec,
@@ -243,7 +243,7 @@ class ShardingCodec(ArrayBytesCodec):
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> ShardingCodec:
-        _check_keys(config, {"chunk_shape", "codecs", "index_codecs", "index_location"}, where)
+        check_config_keys(config, {"chunk_shape", "codecs", "index_codecs", "index_location"}, where)
         shape = config.get("chunk_shape")
         if (
             not isinstance(shape, Sequence)
