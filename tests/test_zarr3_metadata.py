@@ -9,8 +9,10 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shardvol.errors import InfoError, InvalidArgumentError, UnsupportedCodecError
+from shardvol.errors import InfoError, InvalidArgumentError, ShardvolError, UnsupportedCodecError
 from shardvol.zarr3 import (
     ArrayMetadata,
     BloscCodec,
@@ -329,3 +331,35 @@ def test_create_metadata():
     with pytest.raises(InvalidArgumentError, match="transpose"):
         create_metadata([10], "uint8", [8], codecs=["transpose"])
     assert create_metadata([4], "float32", [4], fill_value="NaN").to_json()["fill_value"] == "NaN"
+
+
+def _paths(doc, prefix=()):
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, (*prefix, i))
+
+
+PATHS = [p for p in _paths(SHARDED) if p]
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6)
+    | st.sampled_from(["NaN", "0x7fc00000", "bytes", "little", "crc32c", "end", "c"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(path=st.sampled_from(PATHS), value=JSON_VALUES)
+def test_mutated_metadata_fails_cleanly(path, value):
+    """Any JSON value anywhere in a valid zarr.json: parsed, or a shardvol error; never a crash."""
+    doc = copy.deepcopy(SHARDED)
+    _set(doc, path, value)
+    try:
+        meta = ArrayMetadata.from_json(json.dumps(doc))
+    except ShardvolError:
+        return
+    assert ArrayMetadata.from_json(meta.to_bytes()) == meta
