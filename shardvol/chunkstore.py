@@ -64,6 +64,10 @@ class ChunkStore(ABC):
     def lock(self, unit: Unit) -> AbstractContextManager[None]:
         """Exclusive lock on ``unit`` (across processes where the storage allows)."""
 
+    def describe(self, coord: ChunkCoord) -> str:
+        """How error messages name a chunk (its file, or its shard and id)."""
+        return f"chunk {coord}"
+
     def delete_chunks(self, coords: Sequence[ChunkCoord]) -> None:
         """Remove chunks (they then read as the fill value)."""
         for unit, members in self.units(coords).items():
