@@ -125,3 +125,15 @@ def zarr_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
         dimension_names=meta.dimension_names,
     )
     arr[...] = data
+
+
+def chunked_array(cs: ZarrChunkStore):
+    """The slicing engine (shardvol.chunked) over a Zarr chunk store, as Zarr semantics need it."""
+    from shardvol.chunked import ChunkedArray
+    from shardvol.grid import ChunkGrid
+
+    grid = ChunkGrid((0,) * len(cs.shape), cs.shape, cs.chunk_shape)
+    return ChunkedArray(
+        grid=grid, dtype=cs.dtype, store=cs, codec=cs.codec, fill_value=cs.fill_value,
+        order="C", padded_chunks=True, skip_fill_chunks=True,
+    )  # fmt: skip

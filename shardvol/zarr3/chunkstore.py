@@ -103,6 +103,14 @@ class ZarrChunkStore(ChunkStore):
         coord = self._check(coord)
         return self.metadata.chunk_key(tuple(c // p for c, p in zip(coord, self._per_shard)))
 
+    def describe(self, coord: ChunkCoord) -> str:
+        """How error messages name a chunk: its key, or its shard key and inner position."""
+        unit = self.unit_of(coord)
+        if self.layout is None:
+            return f"chunk {unit}"
+        inner = tuple(int(c) % p for c, p in zip(coord, self._per_shard))
+        return f"shard {unit} inner chunk {inner} (chunk {tuple(int(c) for c in coord)})"
+
     def _linear(self, coord: ChunkCoord) -> int:
         assert self.layout is not None
         return self.layout.linear(tuple(c % p for c, p in zip(coord, self._per_shard)))

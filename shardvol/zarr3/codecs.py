@@ -573,12 +573,28 @@ class CodecChain:
             data = codec.encode(data)
         return data if isinstance(data, bytes) else bytes(data)
 
-    def decode(self, data: bytes, out: np.ndarray | None = None, context: str = "chunk") -> np.ndarray:
+    def decode(
+        self,
+        data: bytes,
+        shape: Sequence[int] | None = None,
+        dtype: Any = None,
+        out: np.ndarray | None = None,
+        context: str = "chunk",
+    ) -> np.ndarray:
         """Decode one chunk into ``out`` (the chunk's shape, any layout) or a new C-ordered array.
 
-        Corrupt data raises ChunkDecodeError / ChecksumError naming ``context``.
+        ``shape`` and ``dtype``, if given, must be the chunk's (Zarr chunks are
+        never clipped); they are accepted so that this object serves as the
+        slicing layer's chunk codec.  Corrupt data raises ChunkDecodeError /
+        ChecksumError naming ``context``.
         """
         spec = self.spec
+        if shape is not None and tuple(shape) != spec.shape:
+            raise ChunkDecodeError(
+                f"{context}: Zarr chunks have shape {list(spec.shape)}, not {list(shape)}"
+            )
+        if dtype is not None and np.dtype(dtype) != spec.dtype:
+            raise ChunkDecodeError(f"{context}: the array's data type is {spec.dtype}, not {dtype}")
         if out is not None and tuple(out.shape) != spec.shape:
             raise ChunkDecodeError(
                 f"{context}: output has shape {list(out.shape)}, expected {list(spec.shape)}"
