@@ -363,3 +363,10 @@ def test_mutated_metadata_fails_cleanly(path, value):
     except ShardvolError:
         return
     assert ArrayMetadata.from_json(meta.to_bytes()) == meta
+
+
+def test_equality_with_nan_fill():
+    meta = create_metadata([4], "float32", [4], fill_value="NaN")
+    again = ArrayMetadata.from_json(meta.to_bytes())
+    assert again == meta and hash(again) == hash(meta)
+    assert again != create_metadata([4], "float32", [4], fill_value=0)

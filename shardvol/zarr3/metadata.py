@@ -236,13 +236,14 @@ class ArrayMetadata:
     fill_value: Any
     codecs: tuple[Codec, ...]
     chunk_key_encoding: ChunkKeyEncoding = ChunkKeyEncoding()
-    attributes: Mapping[str, JSON] = field(default_factory=dict, hash=False)
+    attributes: Mapping[str, JSON] = field(default_factory=dict)
     dimension_names: tuple[str | None, ...] | None = None
-    extra_fields: Mapping[str, JSON] = field(default_factory=dict, hash=False)
+    extra_fields: Mapping[str, JSON] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.data_type not in DATA_TYPES:
             raise UnsupportedCodecError(f"data_type {self.data_type!r} is not supported")
+        object.__setattr__(self, "fill_value", coerce_fill_value(self.fill_value, self.dtype))
         if any(s < 0 for s in self.shape) or any(c <= 0 for c in self.chunk_shape):
             raise InfoError(
                 f"shape {list(self.shape)} must be >= 0 and chunk_shape {list(self.chunk_shape)} > 0"
@@ -258,6 +259,15 @@ class ArrayMetadata:
                 f"of shape {list(self.shape)}"
             )
         self.codec_chain  # noqa: B018 - validates the codecs against the chunk spec
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when the documents are (a NaN fill value equals itself)."""
+        if not isinstance(other, ArrayMetadata):
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_json(), sort_keys=True))
 
     # ----------------------------------------------------------------- derived
 
