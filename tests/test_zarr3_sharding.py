@@ -336,13 +336,13 @@ def test_forged_index_entries_never_crash(memstore, location, entries):
 
 
 def test_open_create_and_grid(memstore):
-    from shardvol.errors import InfoError, InvalidArgumentError, OutOfBoundsError
+    from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError, OutOfBoundsError
 
     with pytest.raises(InfoError, match="no zarr.json"):
         ZarrChunkStore.open(memstore)
     meta = create_metadata([10, 7], "uint8", [8, 4], [4, 2])
     cs = ZarrChunkStore.create(memstore, meta)
-    with pytest.raises(InvalidArgumentError, match="already"):
+    with pytest.raises(AlreadyExistsError, match="already"):
         ZarrChunkStore.create(memstore, meta)
     again = ZarrChunkStore.open(memstore)
     assert again.metadata == meta and again.grid_shape == (3, 4) and again.chunk_shape == (4, 2)

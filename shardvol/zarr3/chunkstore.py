@@ -17,6 +17,7 @@ from math import prod
 
 from shardvol.chunkstore import ChunkCoord, ChunkStore
 from shardvol.errors import (
+    AlreadyExistsError,
     ByteRangeError,
     InfoError,
     InvalidArgumentError,
@@ -66,7 +67,7 @@ class ZarrChunkStore(ChunkStore):
         """Write ``metadata`` as a new array's ``zarr.json`` (existing chunks are not touched)."""
         store = open_store(url_or_store)
         if not overwrite and store.exists(ZARR_JSON):
-            raise InvalidArgumentError(f"{store.url} already holds a {ZARR_JSON} (overwrite=False)")
+            raise AlreadyExistsError(f"{store.url} already holds a {ZARR_JSON} (overwrite=False)")
         store.set(ZARR_JSON, metadata.to_bytes())
         return cls(store, metadata, **kwargs)
 
