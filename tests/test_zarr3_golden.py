@@ -1,6 +1,6 @@
 """Zarr v3 arrays written by other implementations (zarrita, zarrs) read to their expected values.
 
-The data is a copy of /work/shared/testdata (each folder's SOURCE.txt names its origin).
+The data is a copy of the shared testdata in tests/data/testdata (each folder's SOURCE.txt names its origin).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from .zarr3_util import open_chunkstore, read_all, ts_read, zarr_read
 
-TESTDATA = os.path.join(os.path.dirname(__file__), "data", "zarr3")
+TESTDATA = os.path.join(os.path.dirname(__file__), "data", "testdata")
 ZARRITA = os.path.join(TESTDATA, "google__neuroglancer__zarr3_from_zarrita")
 ZARRS = os.path.join(
     TESTDATA, "zarrs__zarrs__sharded_array_write_read", "sharded_array_write_read.zarr", "group", "array"

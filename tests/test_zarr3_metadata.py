@@ -26,7 +26,7 @@ from shardvol.zarr3 import (
 )
 from shardvol.zarr3.metadata import fill_value_from_json, fill_value_to_json
 
-TESTDATA = os.path.join(os.path.dirname(__file__), "data", "zarr3")
+TESTDATA = os.path.join(os.path.dirname(__file__), "data", "testdata")
 GOLDEN = sorted(
     glob.glob(f"{TESTDATA}/google__neuroglancer__zarr3_from_zarrita/data.zarr/*/zarr.json")
     + glob.glob(f"{TESTDATA}/zarrs__zarrs__sharded_array_write_read/**/array/zarr.json", recursive=True)
