@@ -56,6 +56,8 @@ def run_parallel(fn: Callable[[T], None], items: Sequence[T], parallel: int) -> 
     """Apply ``fn`` to every item on up to ``parallel`` threads (the caller is one of them).
 
     The first exception is re-raised after all workers stop taking new items.
+    Safe to nest: helpers that have not started when the caller's own loop ends
+    are cancelled, so a full pool can never leave the caller waiting.
     """
     if parallel <= 1 or len(items) <= 1:
         for item in items:
@@ -80,7 +82,8 @@ def run_parallel(fn: Callable[[T], None], items: Sequence[T], parallel: int) -> 
     futures = [_work_pool().submit(worker) for _ in range(min(parallel, len(items)) - 1)]
     worker()
     for f in futures:
-        f.result()
+        if not f.cancel():
+            f.result()
     if failed:
         raise failed[0]
 
@@ -134,35 +137,47 @@ class ChunkedArray:
             out = np.full(shape, self.fill_value, self.dtype, order=self.order)
         parts = chunk_parts(sel, self.grid)
         if parts:
-            batches = self._batches(parts)
-            run_parallel(lambda b: self._read_batch(b, out), batches, self._threads())
+            threads = self._threads()
+
+            def fetch_and_decode(batch: list[ChunkPart]) -> None:
+                data = self.store.read_chunks([p.coord for p in batch])
+                run_parallel(lambda p: self._decode_part(p, data.get(p.coord), out), batch, threads)
+
+            run_parallel(fetch_and_decode, self._batches(parts), threads)
         return out[drop_axes(sel)]
 
     def _batches(self, parts: list[ChunkPart]) -> list[list[ChunkPart]]:
-        """Parts ordered by storage unit, cut into batches that keep every thread busy."""
-        by_coord = {p.coord: p for p in parts}
-        ordered = [by_coord[c] for members in self.store.units(list(by_coord)).values()
-                   for c in members]
-        size = max(1, min(_MAX_BATCH, len(ordered) // (4 * self._threads())))
-        return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+        """Parts grouped by storage unit; small units are combined up to a batch size.
 
-    def _read_batch(self, batch: list[ChunkPart], out: np.ndarray) -> None:
-        data = self.store.read_chunks([p.coord for p in batch])
-        for p in batch:
-            view = out[p.out_sel]
-            blob = data.get(p.coord)
-            if blob is None:
-                if not self.fill_missing:
-                    raise MissingChunkError(f"{self.store.describe(p.coord)} is missing")
-                view[...] = self.fill_value
-                continue
-            shape = self.encoded_shape(p.coord)
-            context = self.store.describe(p.coord)
-            if p.full and view.shape == shape:
-                self.codec.decode(blob, shape, self.dtype, out=view, context=context)
-            else:
-                chunk = self.codec.decode(blob, shape, self.dtype, context=context)
-                view[...] = chunk[p.chunk_sel]
+        A unit is never split, so a shard's index and data ranges are fetched once.
+        """
+        by_coord = {p.coord: p for p in parts}
+        target = max(1, min(_MAX_BATCH, len(parts) // (4 * self._threads())))
+        batches: list[list[ChunkPart]] = []
+        current: list[ChunkPart] = []
+        for members in self.store.units(list(by_coord)).values():
+            if current and len(current) + len(members) > target:
+                batches.append(current)
+                current = []
+            current.extend(by_coord[c] for c in members)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _decode_part(self, p: ChunkPart, blob: bytes | None, out: np.ndarray) -> None:
+        view = out[p.out_sel]
+        if blob is None:
+            if not self.fill_missing:
+                raise MissingChunkError(f"{self.store.describe(p.coord)} is missing")
+            view[...] = self.fill_value
+            return
+        shape = self.encoded_shape(p.coord)
+        context = self.store.describe(p.coord)
+        if p.full and view.shape == shape:
+            self.codec.decode(blob, shape, self.dtype, out=view, context=context)
+        else:
+            chunk = self.codec.decode(blob, shape, self.dtype, context=context)
+            view[...] = chunk[p.chunk_sel]
 
     # ----------------------------------------------------------------- writing
     def write(self, sel: tuple[AxisSelection, ...], value: Any, bounded: bool = True) -> None:
@@ -264,7 +279,7 @@ class ChunkedArray:
 
 
 def _all_equal(chunk: np.ndarray, fill: Any) -> bool:
-    if isinstance(fill, float) and np.isnan(fill):
+    if chunk.dtype.kind in "fc" and np.isnan(fill):
         return bool(np.isnan(chunk).all())
     return bool((chunk == fill).all())
 

@@ -144,8 +144,9 @@ def test_whole_units_are_replaced_without_lock_and_partial_ones_merged():
     assert (out[0, 0, :] == 9).all() and out.sum() == 8 * 8 * 3 + 3 * 8
 
 
-def test_fill_chunks_are_not_stored_when_skipping():
-    arr = make((4, 4), (2, 2), (0, 0), "float32", "C", skip_fill=True, fill=float("nan"))
+@pytest.mark.parametrize("nan", [float("nan"), np.float32("nan")])
+def test_fill_chunks_are_not_stored_when_skipping(nan):
+    arr = make((4, 4), (2, 2), (0, 0), "float32", "C", skip_fill=True, fill=nan)
     arr.write(sel(arr, (...,)), 1.0)
     arr.write(sel(arr, (slice(0, 2), slice(0, 2))), float("nan"))
     assert (0, 0) not in arr.store.units_data[(0, 0)]
@@ -203,3 +204,18 @@ def test_run_parallel_propagates_errors():
         run_parallel(fn, list(range(20)), 4)
     with contextlib.suppress(ValueError):
         run_parallel(fn, [5], 1)
+
+
+def test_nested_run_parallel_cannot_deadlock():
+    total = []
+    lock = threading.Lock()
+
+    def inner(i):
+        with lock:
+            total.append(i)
+
+    def outer(j):
+        run_parallel(inner, list(range(10)), 8)
+
+    run_parallel(outer, list(range(100)), 40)  # 40 x 8 workers: far more than the pool's 32
+    assert len(total) == 1000
