@@ -25,8 +25,8 @@ import numpy as np
 
 from shardvol.codecs import get_codec
 
-FIB25 = Path("/work/shared/testdata/google__neuroglancer__cseg_raw_input/"
-             "64x64x64-raw-uint64-segmentation.dat")
+FIB25 = (Path(__file__).resolve().parents[1] / "tests" / "data" / "testdata"
+         / "google__neuroglancer__cseg_raw_input" / "64x64x64-raw-uint64-segmentation.dat")
 CHUNK = 64
 BLOCK = (8, 8, 8)
 
@@ -133,37 +133,38 @@ def bench_cseg(name: str, volume: np.ndarray) -> None:
               " the GIL is released; 2 cores shared with other work)")
 
 
+def bench_reference_codec(label: str, encoding: str, a: np.ndarray) -> None:
+    codec = get_codec(encoding, dtype=a.dtype, num_channels=a.shape[3])
+    data = codec.encode(a)
+    out = np.zeros((100, 100, 100, a.shape[3]), a.dtype, order="F")[10:74, 20:84, 30:94]
+    n = 20
+
+    def loop(fn):  # results are dropped at once, as a reader's would be
+        def run():
+            for _ in range(n):
+                fn()
+        return best_of(run) / n
+
+    t_new = loop(lambda: codec.decode(data, a.shape, a.dtype))
+    t_into = loop(lambda: codec.decode(data, a.shape, a.dtype, out=out))
+    t_enc = loop(lambda: codec.encode(a))
+    mb = a.nbytes / 1e6
+    print(f"  {label:<20} decode {mb / t_new:7.0f} MB/s new, {mb / t_into:7.0f} MB/s into view;"
+          f" encode {mb / t_enc:6.0f} MB/s; {len(data) / a.nbytes:.3f} of raw")
+
+
 def bench_reference_codecs() -> None:
-    print("\nother encodings, decode of 64^3 chunks (for reference)")
+    print("\nother encodings, 64^3 chunks (for reference)")
     rng = np.random.default_rng(1)
     g = np.mgrid[0:CHUNK, 0:CHUNK, 0:CHUNK].astype(np.float32)
     smooth = (128 + 80 * np.sin(g[0] / 7 + g[1] / 11) * np.cos(g[2] / 5)).astype(np.uint8)
-    cases = [
-        ("raw uint64", "raw", rng.integers(0, 2**63, (CHUNK,) * 3 + (1,), dtype=np.uint64), {}),
-        ("raw uint8", "raw", smooth[..., None], {}),
-        ("jpeg uint8 1ch q75", "jpeg", smooth[..., None], {}),
-        ("jpeg uint8 3ch q75", "jpeg", np.stack([smooth, smooth[::-1], smooth.T], 3), {}),
-        ("png uint8 1ch", "png", smooth[..., None], {}),
-        ("png uint16 1ch", "png", smooth[..., None].astype(np.uint16) * 200, {}),
-    ]
-    for label, encoding, a, opts in cases:
-        codec = get_codec(encoding, dtype=a.dtype, num_channels=a.shape[3], **opts)
-        data = codec.encode(a)
-        out = np.zeros((100, 100, 100, a.shape[3]), a.dtype, order="F")[10:74, 20:84, 30:94]
-        n = 20
-
-        def loop(fn):  # results are dropped at once, as a reader's would be
-            def run():
-                for _ in range(n):
-                    fn()
-            return best_of(run) / n
-
-        t_new = loop(lambda: codec.decode(data, a.shape, a.dtype))
-        t_into = loop(lambda: codec.decode(data, a.shape, a.dtype, out=out))
-        t_enc = loop(lambda: codec.encode(a))
-        mb = a.nbytes / 1e6
-        print(f"  {label:<20} decode {mb / t_new:7.0f} MB/s new, {mb / t_into:7.0f} MB/s into view;"
-              f" encode {mb / t_enc:6.0f} MB/s; {len(data) / a.nbytes:.3f} of raw")
+    bench_reference_codec("raw uint64", "raw",
+                          rng.integers(0, 2**63, (CHUNK,) * 3 + (1,), dtype=np.uint64))
+    bench_reference_codec("raw uint8", "raw", smooth[..., None])
+    bench_reference_codec("jpeg uint8 1ch q75", "jpeg", smooth[..., None])
+    bench_reference_codec("jpeg uint8 3ch q75", "jpeg", np.stack([smooth, smooth[::-1], smooth.T], 3))
+    bench_reference_codec("png uint8 1ch", "png", smooth[..., None])
+    bench_reference_codec("png uint16 1ch", "png", smooth[..., None].astype(np.uint16) * 200)
 
 
 def main() -> None:

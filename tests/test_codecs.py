@@ -26,7 +26,7 @@ from shardvol.errors import (
     UnsupportedCodecError,
 )
 
-TESTDATA = Path("/work/shared/testdata")
+TESTDATA = Path(__file__).parent / "data" / "testdata"  # copies; see each SOURCE.txt
 RAW_DTYPES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
               "float32", "float64"]
 
@@ -155,6 +155,21 @@ def test_decode_into_a_strided_view_touches_only_it(codec):
     cview = cbig[30:17:-1, 2:12, 1:7, :]
     codec.decode(data, a.shape, codec.dtype, out=cview)
     np.testing.assert_array_equal(cview, expected)
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS, ids=lambda c: c.encoding)
+def test_decode_accepts_zero_copy_buffers(codec):
+    a = sample(codec, (9, 8, 7, codec.num_channels))
+    data = codec.encode(a)
+    shard = b"header" + data + b"trailer"
+    view = memoryview(shard)[6: 6 + len(data)]  # e.g. a chunk inside a shard file
+    expected = codec.decode(data, a.shape, codec.dtype)
+    for buf in (view, bytearray(data), np.frombuffer(data, np.uint8)):
+        np.testing.assert_array_equal(codec.decode(buf, a.shape, codec.dtype), expected)
+    with pytest.raises(InvalidArgumentError, match="contiguous"):
+        codec.decode(memoryview(shard)[::2], a.shape, codec.dtype)
+    with pytest.raises(InvalidArgumentError, match="bytes-like"):
+        codec.decode("text", a.shape, codec.dtype)
 
 
 @pytest.mark.parametrize("codec", ALL_CODECS, ids=lambda c: c.encoding)

@@ -16,7 +16,7 @@ from shardvol._reference import compressed_segmentation_decode as reference_deco
 from shardvol.codecs import get_codec
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError
 
-TESTDATA = Path("/work/shared/testdata")
+TESTDATA = Path(__file__).parent / "data" / "testdata"  # copies; see each SOURCE.txt
 FIB25 = TESTDATA / "google__neuroglancer__cseg_raw_input" / "64x64x64-raw-uint64-segmentation.dat"
 
 

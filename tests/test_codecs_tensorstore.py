@@ -13,8 +13,8 @@ import tensorstore as ts
 
 from shardvol.codecs import get_codec
 
-FIB25 = Path("/work/shared/testdata/google__neuroglancer__cseg_raw_input/"
-             "64x64x64-raw-uint64-segmentation.dat")
+FIB25 = (Path(__file__).parent / "data" / "testdata" / "google__neuroglancer__cseg_raw_input"
+         / "64x64x64-raw-uint64-segmentation.dat")
 
 
 def smooth(shape, seed=0):

@@ -51,9 +51,9 @@ def get_codec(
 
 __all__ = [
     "CODECS",
+    "DEFAULT_JPEG_QUALITY",
     "Codec",
     "CompressedSegmentationCodec",
-    "DEFAULT_JPEG_QUALITY",
     "JpegCodec",
     "PngCodec",
     "RawCodec",

@@ -98,7 +98,7 @@ class Codec(ABC):
                 f"{self.encoding} codec for {self.dtype.name} asked to decode {np.dtype(dtype).name}")
         if out is not None:
             self._check_out(out, shape)
-        return self._decode(data, shape, out, context or "chunk")
+        return self._decode(_byte_buffer(data), shape, out, context or "chunk")
 
     @abstractmethod
     def _encode(self, array: np.ndarray) -> bytes:
@@ -106,7 +106,8 @@ class Codec(ABC):
 
     @abstractmethod
     def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
-        """Decode into ``out`` (checked) or a new Fortran-ordered array."""
+        """Decode ``data`` (bytes or a flat byte memoryview) into ``out`` (checked) or a new
+        Fortran-ordered array."""
 
     # ---- shared checks -----------------------------------------------------------------------
 
@@ -146,6 +147,20 @@ class Codec(ABC):
             raise InvalidArgumentError(f"out has dtype {out.dtype}, the chunk {self.dtype}")
         if not out.flags.writeable:
             raise InvalidArgumentError("out is read-only")
+
+
+def _byte_buffer(data) -> bytes | memoryview:
+    """``data`` as bytes or a flat memoryview of bytes, without copying."""
+    if isinstance(data, bytes):
+        return data
+    try:
+        view = memoryview(data)
+    except TypeError:
+        view = None
+    if view is None or not view.c_contiguous:
+        raise InvalidArgumentError(
+            f"chunk data must be a contiguous bytes-like object, got {type(data).__name__}")
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
 def fortran_empty(shape: Shape4, dtype: np.dtype) -> np.ndarray:
