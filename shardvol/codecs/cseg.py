@@ -16,7 +16,13 @@ LABEL_DTYPES = frozenset((np.dtype(np.uint32), np.dtype(np.uint64)))
 
 class CompressedSegmentationCodec(Codec):
     """The ``compressed_segmentation`` encoding; every channel is encoded separately
-    with the same ``compressed_segmentation_block_size`` (x, y, z)."""
+    with the same ``compressed_segmentation_block_size`` (x, y, z).
+
+    Encoding is byte-identical to TensorStore's and the compressed_segmentation
+    package's.  A chunk whose lookup tables would start beyond word 2**24 (the
+    format's 24-bit offsets; e.g. 256x256x192 random labels) raises
+    ChunkEncodeError, where TensorStore writes a chunk it cannot read back.
+    """
 
     encoding = "compressed_segmentation"
     options = ("compressed_segmentation_block_size",)
