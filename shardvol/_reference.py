@@ -56,3 +56,53 @@ def murmurhash3_x86_128_u64(keys: np.ndarray) -> np.ndarray:
     h1 = (h1 + h2 + h3 + h4) & _M32
     h2 = (h2 + h1) & _M32
     return h1 | (h2 << np.uint64(32))
+
+
+def compressed_segmentation_decode(data: bytes, shape, block_size, dtype) -> np.ndarray:
+    """Decode compressed_segmentation ``data`` of ``shape`` (x, y, z, channel), block by block,
+    as csrc/cseg.h words the format; raises ValueError wherever the data is invalid
+    (same validity rules as the C decoder: every offset, bit width and index checked)."""
+    dtype = np.dtype(dtype)
+    wpl = dtype.itemsize // 4
+    if len(data) % 4:
+        raise ValueError("length not a multiple of 4")
+    words = np.frombuffer(data, dtype="<u4").astype(np.uint64)
+    out = np.zeros(shape, dtype=dtype, order="F")
+    bs = [int(b) for b in block_size]
+    grid = [-(-int(shape[d]) // bs[d]) for d in range(3)]
+    if len(words) < shape[3]:
+        raise ValueError("too short for the channel offsets")
+    for c in range(shape[3]):
+        if int(words[c]) > len(words):
+            raise ValueError(f"channel {c} offset past the end")
+        cw = words[int(words[c]):]
+        if 2 * grid[0] * grid[1] * grid[2] > len(cw):
+            raise ValueError("too short for the block headers")
+        for bz in range(grid[2]):
+            for by in range(grid[1]):
+                for bx in range(grid[0]):
+                    i = 2 * (bx + grid[0] * (by + grid[1] * bz))
+                    toff, bits, voff = int(cw[i]) & 0xFFFFFF, int(cw[i]) >> 24, int(cw[i + 1])
+                    if bits not in (0, 1, 2, 4, 8, 16, 32):
+                        raise ValueError(f"bad bit width {bits}")
+                    if voff + -(-bits * bs[0] * bs[1] * bs[2] // 32) > len(cw):
+                        raise ValueError("encoded values past the end")
+                    if toff + wpl > len(cw):
+                        raise ValueError("table offset past the end")
+                    n_table = (len(cw) - toff) // wpl
+                    tw = cw[toff: toff + n_table * wpl].reshape(n_table, wpl)
+                    table = tw[:, 0] | (tw[:, 1] << np.uint64(32)) if wpl == 2 else tw[:, 0]
+                    lo = (bx * bs[0], by * bs[1], bz * bs[2])
+                    hi = [min(lo[d] + bs[d], int(shape[d])) for d in range(3)]
+                    xx, yy, zz = np.meshgrid(*(np.arange(hi[d] - lo[d]) for d in range(3)),
+                                             indexing="ij")
+                    pos = (xx + bs[0] * (yy + bs[1] * zz)).astype(np.uint64) * np.uint64(bits)
+                    if bits:
+                        word = cw[voff + (pos >> np.uint64(5)).astype(np.int64)]
+                        idx = (word >> (pos & np.uint64(31))) & np.uint64((1 << bits) - 1)
+                    else:
+                        idx = np.zeros(pos.shape, np.uint64)
+                    if idx.size and int(idx.max()) >= n_table:
+                        raise ValueError("table index past the end of the table")
+                    out[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2], c] = table[idx.astype(np.int64)]
+    return out

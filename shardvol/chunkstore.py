@@ -37,8 +37,12 @@ class ChunkStore(ABC):
         """Group chunk coordinates by the unit that stores them."""
 
     @abstractmethod
-    def unit_chunks(self, unit: Unit) -> list[ChunkCoord]:
-        """Every in-bounds chunk coordinate that ``unit`` can hold."""
+    def unit_chunks(self, unit: Unit) -> list[ChunkCoord] | None:
+        """Every in-bounds chunk coordinate that ``unit`` can hold.
+
+        None when that is too costly to enumerate; writers then treat the unit as
+        never fully covered (they merge into it instead of replacing it).
+        """
 
     @abstractmethod
     def update_unit(
@@ -59,6 +63,10 @@ class ChunkStore(ABC):
     @abstractmethod
     def lock(self, unit: Unit) -> AbstractContextManager[None]:
         """Exclusive lock on ``unit`` (across processes where the storage allows)."""
+
+    def describe(self, coord: ChunkCoord) -> str:
+        """How error messages name a chunk (its file, or its shard and id)."""
+        return f"chunk {coord}"
 
     def delete_chunks(self, coords: Sequence[ChunkCoord]) -> None:
         """Remove chunks (they then read as the fill value)."""

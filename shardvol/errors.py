@@ -76,5 +76,9 @@ class MissingChunkError(ShardvolError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class AlreadyExistsError(ShardvolError, FileExistsError):
+    """Creating something that exists already, without ``overwrite=True``."""
+
+
 class WriteConflictError(ShardvolError, RuntimeError):
     """Another writer changed a file between our read and our write."""

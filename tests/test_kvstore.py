@@ -173,6 +173,7 @@ class TestFileStore(StoreContract):
             assert p.exitcode == 0
         assert s.get("counter") == b"100"
         assert s.list() == ["counter"]
+        assert os.listdir(tmp_path) == ["counter"]  # lock files are removed
 
 
 def _increment(root: str, n: int) -> None:

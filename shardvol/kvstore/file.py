@@ -3,8 +3,8 @@
 Reads use ``os.pread``; writes go to a hidden temporary file in the same
 directory, are fsynced, and are renamed over the target, so a reader or a
 crash never sees a torn value.  ``lock(key)`` takes an ``fcntl`` lock on a
-hidden sidecar file, which serialises read-modify-write cycles across threads
-and processes on the same host (and on NFS with working lockd).
+hidden sidecar file (removed again on release), which serialises
+read-modify-write cycles across threads and processes on the same host.
 """
 
 from __future__ import annotations
@@ -172,14 +172,38 @@ class FileStore(KVStore):
         path = self._path(key)
         directory, name = os.path.split(path)
         os.makedirs(directory, exist_ok=True)
+        lock_path = os.path.join(directory, _LOCK + name)
         # fcntl locks are per process; the in-process lock orders our own threads.
         with process_lock(self.url, key):
-            fd = os.open(os.path.join(directory, _LOCK + name), os.O_RDWR | os.O_CREAT, 0o666)
+            fd = _acquire_lock_file(lock_path)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
-                os.close(fd)  # closing releases the flock
+                os.unlink(lock_path)  # still holding the lock: no one else can own this inode
+                os.close(fd)
+
+
+def _acquire_lock_file(lock_path: str) -> int:
+    """flock a lock file that is still linked at ``lock_path``; returns its descriptor.
+
+    Holders unlink the file before releasing it, so a waiter that wakes on an
+    unlinked inode retries with a fresh file: lock files never accumulate.
+    """
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            try:
+                current = os.stat(lock_path)
+            except FileNotFoundError:
+                current = None
+            if current is not None and (current.st_ino, current.st_dev) == (st.st_ino, st.st_dev):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def _pread_all(fd: int, length: int, offset: int, key: str) -> bytes:

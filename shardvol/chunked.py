@@ -1,0 +1,320 @@
+"""Reads and writes of numpy selections over a chunk store: the engine behind Volume and zarr3.
+
+Reads: selection -> chunk parts -> batches (grouped by storage unit) -> each
+batch fetched with one ``read_chunks`` call and decoded, in parallel threads,
+straight into the output where a chunk is fully selected.
+
+Writes: fully covered chunks are encoded in parallel without reading; then each
+storage unit (chunk file or shard) is updated once, holding its lock whenever
+existing content must be merged (partially covered chunks, or other chunks of
+a shard that must be kept).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from shardvol.chunkstore import ChunkCoord, ChunkStore
+from shardvol.errors import InvalidArgumentError, MissingChunkError
+from shardvol.grid import ChunkGrid
+from shardvol.indexing import (
+    AxisSelection,
+    ChunkPart,
+    chunk_parts,
+    clip_selection,
+    drop_axes,
+    selection_in_domain,
+)
+
+T = TypeVar("T")
+_MAX_BATCH = 64
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _work_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="shardvol-work")
+        return _pool
+
+
+def default_parallel() -> int:
+    return max(2, os.cpu_count() or 1)
+
+
+def run_parallel(fn: Callable[[T], None], items: Sequence[T], parallel: int) -> None:
+    """Apply ``fn`` to every item on up to ``parallel`` threads (the caller is one of them).
+
+    The first exception is re-raised after all workers stop taking new items.
+    Safe to nest: helpers that have not started when the caller's own loop ends
+    are cancelled, so a full pool can never leave the caller waiting.
+    """
+    if parallel <= 1 or len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    it = iter(items)
+    lock = threading.Lock()
+    failed: list[BaseException] = []
+
+    def worker() -> None:
+        while not failed:
+            with lock:
+                item = next(it, _END)
+            if item is _END:
+                return
+            try:
+                fn(item)  # type: ignore[arg-type]
+            except BaseException as e:
+                failed.append(e)
+                return
+
+    futures = [_work_pool().submit(worker) for _ in range(min(parallel, len(items)) - 1)]
+    worker()
+    for f in futures:
+        if not f.cancel():
+            f.result()
+    if failed:
+        raise failed[0]
+
+
+_END = object()
+
+
+class ChunkCodec(Protocol):
+    def encode(self, array: np.ndarray) -> bytes: ...
+
+    def decode(
+        self, data: bytes, shape: tuple[int, ...], dtype: Any, out: np.ndarray | None = None,
+        context: str = "",
+    ) -> np.ndarray: ...
+
+
+@dataclass
+class ChunkedArray:
+    """A chunked n-D array: ``grid`` geometry, ``store`` of encoded chunks, ``codec``.
+
+    ``padded_chunks``: encoded chunks always have the full chunk shape (Zarr)
+    rather than being clipped at the domain's end (precomputed).
+    ``skip_fill_chunks``: chunks equal to the fill value are deleted, not stored.
+    """
+
+    grid: ChunkGrid
+    dtype: np.dtype
+    store: ChunkStore
+    codec: ChunkCodec
+    fill_value: Any = 0
+    order: str = "F"
+    padded_chunks: bool = False
+    skip_fill_chunks: bool = False
+    fill_missing: bool = True
+    parallel: int = 0
+
+    def _threads(self) -> int:
+        return self.parallel or default_parallel()
+
+    def encoded_shape(self, coord: ChunkCoord) -> tuple[int, ...]:
+        return self.grid.chunk_shape if self.padded_chunks else self.grid.chunk_extent(coord)
+
+    # ----------------------------------------------------------------- reading
+    def read(self, sel: tuple[AxisSelection, ...]) -> np.ndarray:
+        """The selected elements; dropped axes removed, ``order`` memory layout."""
+        shape = tuple(a.count for a in sel)
+        inside = selection_in_domain(sel, self.grid)
+        if inside:
+            out = np.empty(shape, self.dtype, order=self.order)
+        else:
+            out = np.full(shape, self.fill_value, self.dtype, order=self.order)
+        parts = chunk_parts(sel, self.grid)
+        if parts:
+            threads = self._threads()
+
+            def fetch_and_decode(batch: list[ChunkPart]) -> None:
+                data = self.store.read_chunks([p.coord for p in batch])
+                run_parallel(lambda p: self._decode_part(p, data.get(p.coord), out), batch, threads)
+
+            run_parallel(fetch_and_decode, self._batches(parts), threads)
+        return out[drop_axes(sel)]
+
+    def _batches(self, parts: list[ChunkPart]) -> list[list[ChunkPart]]:
+        """Parts grouped by storage unit; small units are combined up to a batch size.
+
+        A unit is never split, so a shard's index and data ranges are fetched once.
+        """
+        by_coord = {p.coord: p for p in parts}
+        target = max(1, min(_MAX_BATCH, len(parts) // (4 * self._threads())))
+        batches: list[list[ChunkPart]] = []
+        current: list[ChunkPart] = []
+        for members in self.store.units(list(by_coord)).values():
+            if current and len(current) + len(members) > target:
+                batches.append(current)
+                current = []
+            current.extend(by_coord[c] for c in members)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _decode_part(self, p: ChunkPart, blob: bytes | None, out: np.ndarray) -> None:
+        view = out[p.out_sel]
+        if blob is None:
+            if not self.fill_missing:
+                raise MissingChunkError(f"{self.store.describe(p.coord)} is missing")
+            view[...] = self.fill_value
+            return
+        shape = self.encoded_shape(p.coord)
+        context = self.store.describe(p.coord)
+        if p.full and view.shape == shape:
+            self.codec.decode(blob, shape, self.dtype, out=view, context=context)
+        else:
+            chunk = self.codec.decode(blob, shape, self.dtype, context=context)
+            view[...] = chunk[p.chunk_sel]
+
+    # ----------------------------------------------------------------- writing
+    def write(self, sel: tuple[AxisSelection, ...], value: Any, bounded: bool = True) -> None:
+        """Store ``value`` (broadcast to the selection) into the selected elements."""
+        arr = self.prepare_value(sel, value)
+        if not bounded:
+            sel, where = clip_selection(sel, self.grid)
+            arr = arr[where]
+        parts = chunk_parts(sel, self.grid)
+        if not parts:
+            return
+        full = [p for p in parts if p.full]
+        encoded: dict[ChunkCoord, bytes | None] = {}
+
+        def encode_full(p: ChunkPart) -> None:
+            encoded[p.coord] = self._encode(p.coord, self._chunk_from_value(p, arr))
+
+        run_parallel(encode_full, full, self._threads())
+        by_coord = {p.coord: p for p in parts}
+        units = list(self.store.units(list(by_coord)).items())
+
+        def write_unit(item: tuple[Any, list[ChunkCoord]]) -> None:
+            unit, coords = item
+            members = [by_coord[c] for c in coords]
+            self._write_unit(unit, members, encoded, arr)
+
+        run_parallel(write_unit, units, self._threads())
+
+    def _write_unit(
+        self, unit: Any, members: list[ChunkPart], encoded: dict[ChunkCoord, bytes | None],
+        arr: np.ndarray,
+    ) -> None:
+        partial = [p for p in members if not p.full]
+        all_chunks = self.store.unit_chunks(unit)
+        replace = (
+            not partial
+            and all_chunks is not None
+            and set(all_chunks) == {p.coord for p in members}
+        )
+
+        def apply() -> None:
+            existing = self.store.read_chunks([p.coord for p in partial]) if partial else {}
+            put: dict[ChunkCoord, bytes] = {}
+            delete: list[ChunkCoord] = []
+            for p in members:
+                if p.full:
+                    blob = encoded[p.coord]
+                else:
+                    blob = self._encode(p.coord, self._merge(p, existing.get(p.coord), arr))
+                if blob is None:
+                    delete.append(p.coord)
+                else:
+                    put[p.coord] = blob
+            self.store.update_unit(unit, put, delete, replace=replace)
+
+        if replace:
+            apply()
+        else:
+            with self.store.lock(unit):
+                apply()
+
+    def _chunk_from_value(self, p: ChunkPart, arr: np.ndarray) -> np.ndarray:
+        """A fully covered chunk's array, padded with the fill value when chunks are padded."""
+        piece = arr[p.out_sel]
+        shape = self.encoded_shape(p.coord)
+        if piece.shape == shape:
+            return piece
+        chunk = np.full(shape, self.fill_value, self.dtype, order=self.order)
+        chunk[tuple(slice(0, n) for n in piece.shape)] = piece
+        return chunk
+
+    def _merge(self, p: ChunkPart, blob: bytes | None, arr: np.ndarray) -> np.ndarray:
+        shape = self.encoded_shape(p.coord)
+        if blob is None:
+            chunk = np.full(shape, self.fill_value, self.dtype, order=self.order)
+        else:
+            chunk = self.codec.decode(blob, shape, self.dtype, context=self.store.describe(p.coord))
+            if not chunk.flags.writeable:
+                chunk = chunk.copy(order="A")
+        chunk[p.chunk_sel] = arr[p.out_sel]
+        return chunk
+
+    def _encode(self, coord: ChunkCoord, chunk: np.ndarray) -> bytes | None:
+        if self.skip_fill_chunks and _all_equal(chunk, self.fill_value):
+            return None
+        return self.codec.encode(chunk)
+
+    def prepare_value(self, sel: tuple[AxisSelection, ...], value: Any) -> np.ndarray:
+        """``value`` checked for dtype and broadcast to the selection's full-rank shape."""
+        arr = _cast_value(value, self.dtype)
+        sel_shape = tuple(a.count for a in sel if not a.drop)
+        try:
+            arr = np.broadcast_to(arr, sel_shape)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"cannot write a value of shape {arr.shape} into a selection of shape {sel_shape}"
+            ) from None
+        return arr.reshape(tuple(a.count for a in sel))
+
+
+def _all_equal(chunk: np.ndarray, fill: Any) -> bool:
+    if chunk.dtype.kind in "fc" and np.isnan(fill):
+        return bool(np.isnan(chunk).all())
+    return bool((chunk == fill).all())
+
+
+def _cast_value(value: Any, dtype: np.dtype) -> np.ndarray:
+    """``value`` as an array of ``dtype`` if that loses nothing, else InvalidArgumentError.
+
+    Allowed: the same dtype, numpy "safe" casts, integer arrays whose values all
+    fit the target integer type, and scalars representable exactly.
+    """
+    arr = np.asarray(value)
+    if arr.dtype == dtype:
+        return arr
+    if arr.ndim == 0 and arr.dtype.kind in "biuf":
+        try:
+            converted = np.array(value).astype(dtype, casting="unsafe")
+            with np.errstate(invalid="ignore", over="ignore"):
+                same = bool(converted == arr) or (arr.dtype.kind == "f" and np.isnan(arr)
+                                                  and dtype.kind == "f")
+        except (OverflowError, ValueError, TypeError):
+            same = False
+        if not same:
+            raise InvalidArgumentError(f"value {value!r} cannot be stored exactly as {dtype}")
+        return converted
+    if np.can_cast(arr.dtype, dtype, casting="safe"):
+        return arr.astype(dtype)
+    if arr.dtype.kind in "iu" and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
+        if info.min <= lo and hi <= info.max:
+            return arr.astype(dtype)
+        raise InvalidArgumentError(
+            f"{arr.dtype} values in [{lo}, {hi}] do not fit in {dtype} [{info.min}, {info.max}]"
+        )
+    raise InvalidArgumentError(
+        f"cannot write {arr.dtype} data to a {dtype} array without loss; "
+        f"cast it first (e.g. value.astype('{dtype}'))"
+    )

@@ -1,0 +1,61 @@
+"""Chunk codecs of the Neuroglancer precomputed format, by the info's ``encoding``.
+
+Example::
+
+    codec = get_codec("compressed_segmentation", dtype="uint64", num_channels=1,
+                      compressed_segmentation_block_size=(8, 8, 8))
+    data = codec.encode(chunk)                  # chunk: (x, y, z, channel)
+    codec.decode(data, chunk.shape, "uint64", out=volume[0:64, 0:64, 0:64, :])
+"""
+
+from __future__ import annotations
+
+from shardvol.codecs.base import Codec
+from shardvol.codecs.cseg import CompressedSegmentationCodec
+from shardvol.codecs.jpeg import DEFAULT_JPEG_QUALITY, JpegCodec
+from shardvol.codecs.png import PngCodec
+from shardvol.codecs.raw import RawCodec
+from shardvol.errors import UnsupportedCodecError
+
+CODECS: dict[str, type[Codec]] = {
+    cls.encoding: cls for cls in (RawCodec, CompressedSegmentationCodec, JpegCodec, PngCodec)
+}
+
+
+def get_codec(
+    encoding: str,
+    *,
+    dtype,
+    num_channels: int,
+    compressed_segmentation_block_size=None,
+    jpeg_quality: int | None = None,
+    png_level: int | None = None,
+) -> Codec:
+    """The codec for an info file's ``encoding``, data type and channel count.
+
+    Options that do not belong to ``encoding`` are ignored.  Raises
+    UnsupportedCodecError for an unknown encoding or a data type / channel count
+    the encoding cannot store, InvalidArgumentError for a bad option value.
+    """
+    cls = CODECS.get(encoding)
+    if cls is None:
+        raise UnsupportedCodecError(
+            f"unknown chunk encoding {encoding!r}; supported: {', '.join(sorted(CODECS))}")
+    given = {
+        "compressed_segmentation_block_size": compressed_segmentation_block_size,
+        "jpeg_quality": jpeg_quality,
+        "png_level": png_level,
+    }
+    return cls(dtype, num_channels, **{k: given[k] for k in cls.options})
+
+
+__all__ = [
+    "CODECS",
+    "DEFAULT_JPEG_QUALITY",
+    "Codec",
+    "CompressedSegmentationCodec",
+    "JpegCodec",
+    "PngCodec",
+    "RawCodec",
+    "get_codec",
+]

@@ -1,0 +1,178 @@
+"""The chunk codec contract shared by every precomputed chunk encoding.
+
+A codec turns one chunk's array, shaped ``(x, y, z, channel)``, into the bytes of
+a chunk file and back.  Chunks at the upper edge of a volume are clipped, so the
+shape is given on every call rather than fixed in the codec.
+"""
+
+from __future__ import annotations
+
+import operator
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+
+from shardvol.errors import ChunkEncodeError, InvalidArgumentError, UnsupportedCodecError
+
+Shape4 = tuple[int, int, int, int]
+
+
+class Codec(ABC):
+    """One chunk encoding for one data type and channel count.
+
+    ``encode(array)`` accepts an ``(x, y, z, channel)`` array of the codec's
+    dtype in any memory order.  ``decode(data, shape, dtype, out=None,
+    context="")`` returns a Fortran-ordered ``(x, y, z, channel)`` array, or
+    fills ``out`` (any writable view of exactly ``shape``, typically a strided
+    slice of a larger array) and returns it.  ``context`` (a chunk key or shard
+    name) is named in every ChunkDecodeError.
+    """
+
+    encoding: ClassVar[str]
+    #: The info-file fields (keyword arguments of ``__init__``) this encoding uses.
+    options: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, dtype, num_channels: int) -> None:
+        try:
+            self.dtype = np.dtype(dtype).newbyteorder("=")
+        except TypeError as e:
+            raise UnsupportedCodecError(f"{self.encoding}: unknown data type {dtype!r}") from e
+        try:
+            self.num_channels = operator.index(num_channels)
+        except TypeError as e:
+            raise InvalidArgumentError(f"num_channels must be an integer, got {num_channels!r}") from e
+        if self.num_channels < 1:
+            raise InvalidArgumentError(f"num_channels must be positive, got {num_channels}")
+        if not self._supports(self.dtype, self.num_channels):
+            raise UnsupportedCodecError(
+                f"{self.encoding!r} encoding does not support data type {self.dtype.name} with "
+                f"{self.num_channels} channel(s); {self._support_text()}")
+
+    @classmethod
+    @abstractmethod
+    def _supports(cls, dtype: np.dtype, num_channels: int) -> bool:
+        """Whether this encoding can store ``dtype`` with ``num_channels`` channels."""
+
+    @classmethod
+    @abstractmethod
+    def _support_text(cls) -> str:
+        """What the encoding supports, for error messages."""
+
+    def __repr__(self) -> str:
+        opts = "".join(f", {k}={getattr(self, k)!r}" for k in self.options)
+        return f"{type(self).__name__}(dtype={self.dtype.name!r}, num_channels={self.num_channels}{opts})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._key()))
+
+    def _key(self) -> tuple:
+        return (self.dtype, self.num_channels, *(getattr(self, k) for k in self.options))
+
+    # ---- the contract ------------------------------------------------------------------------
+
+    def encode(self, array: np.ndarray) -> bytes:
+        """Chunk file bytes of ``array`` shaped (x, y, z, channel)."""
+        return self._encode(self._check_encode_input(array))
+
+    def decode(
+        self,
+        data: bytes,
+        shape: tuple[int, int, int, int],
+        dtype=None,
+        out: np.ndarray | None = None,
+        context: str = "",
+    ) -> np.ndarray:
+        """Decode chunk bytes ``data`` of ``shape`` (x, y, z, channel).
+
+        ``dtype`` (optional) must be the codec's.  Returns ``out`` if given,
+        else a new Fortran-ordered array.  Raises ChunkDecodeError naming
+        ``context`` if the data is corrupt or does not match ``shape``.
+        """
+        shape = self._check_shape(shape)
+        if dtype is not None and np.dtype(dtype).newbyteorder("=") != self.dtype:
+            raise InvalidArgumentError(
+                f"{self.encoding} codec for {self.dtype.name} asked to decode {np.dtype(dtype).name}")
+        if out is not None:
+            self._check_out(out, shape)
+        return self._decode(_byte_buffer(data), shape, out, context or "chunk")
+
+    @abstractmethod
+    def _encode(self, array: np.ndarray) -> bytes:
+        """Encode a checked 4-D array of the codec's dtype (any strides, any byte order)."""
+
+    @abstractmethod
+    def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
+        """Decode ``data`` (bytes or a flat byte memoryview) into ``out`` (checked) or a new
+        Fortran-ordered array."""
+
+    # ---- shared checks -----------------------------------------------------------------------
+
+    def _check_encode_input(self, array) -> np.ndarray:
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        if array.ndim != 4:
+            raise ChunkEncodeError(
+                f"{self.encoding}: chunk arrays are (x, y, z, channel), got shape {array.shape}")
+        if array.shape[3] != self.num_channels:
+            raise ChunkEncodeError(
+                f"{self.encoding}: chunk has {array.shape[3]} channels, the volume "
+                f"{self.num_channels}")
+        if array.dtype.newbyteorder("=") != self.dtype:
+            raise ChunkEncodeError(
+                f"{self.encoding}: chunk has dtype {array.dtype.name}, the volume {self.dtype.name}")
+        return array
+
+    def _check_shape(self, shape) -> Shape4:
+        try:
+            s = tuple(operator.index(v) for v in shape)
+        except TypeError:
+            s = ()
+        if len(s) != 4 or min(s) < 0:
+            raise InvalidArgumentError(f"chunk shape must be 4 non-negative integers, got {shape!r}")
+        if s[3] != self.num_channels:
+            raise InvalidArgumentError(
+                f"chunk shape {s} has {s[3]} channels, the codec {self.num_channels}")
+        return s  # type: ignore[return-value]
+
+    def _check_out(self, out: np.ndarray, shape: Shape4) -> None:
+        if not isinstance(out, np.ndarray):
+            raise InvalidArgumentError(f"out must be a numpy array, got {type(out).__name__}")
+        if out.shape != shape:
+            raise InvalidArgumentError(f"out has shape {out.shape}, the chunk {shape}")
+        if out.dtype != self.dtype:
+            raise InvalidArgumentError(f"out has dtype {out.dtype}, the chunk {self.dtype}")
+        if not out.flags.writeable:
+            raise InvalidArgumentError("out is read-only")
+
+
+def _byte_buffer(data) -> bytes | memoryview:
+    """``data`` as bytes or a flat memoryview of bytes, without copying."""
+    if isinstance(data, bytes):
+        return data
+    try:
+        view = memoryview(data)
+    except TypeError:
+        view = None
+    if view is None or not view.c_contiguous:
+        raise InvalidArgumentError(
+            f"chunk data must be a contiguous bytes-like object, got {type(data).__name__}")
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def fortran_empty(shape: Shape4, dtype: np.dtype) -> np.ndarray:
+    """A new uninitialised Fortran-ordered array."""
+    return np.empty(shape, dtype=dtype, order="F")
+
+
+def deliver(decoded: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """Copy ``decoded`` into ``out`` if given, else return it Fortran-ordered (and writable)."""
+    if out is not None:
+        np.copyto(out, decoded, casting="equiv")
+        return out
+    if decoded.flags.f_contiguous and decoded.flags.writeable and decoded.dtype.isnative:
+        return decoded
+    return np.array(decoded, dtype=decoded.dtype.newbyteorder("="), order="F")

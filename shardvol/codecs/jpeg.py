@@ -1,0 +1,52 @@
+"""jpeg: uint8 chunks with 1 or 3 channels as one JPEG image (libjpeg-turbo via
+imagecodecs), laid out as in :mod:`shardvol.codecs._image`."""
+
+from __future__ import annotations
+
+import operator
+
+import imagecodecs
+import numpy as np
+
+from shardvol.codecs._image import decode_image, encode_image, jpeg_size
+from shardvol.codecs.base import Codec, Shape4
+from shardvol.errors import InvalidArgumentError
+
+#: TensorStore's default; it also writes this value into the info file.
+DEFAULT_JPEG_QUALITY = 75
+
+
+class JpegCodec(Codec):
+    """The ``jpeg`` encoding (lossy).  Encoding matches TensorStore byte for byte:
+    baseline JPEG at ``jpeg_quality``, 4:2:0 chroma subsampling for RGB."""
+
+    encoding = "jpeg"
+    options = ("jpeg_quality",)
+
+    def __init__(self, dtype, num_channels: int, jpeg_quality: int | None = None) -> None:
+        super().__init__(dtype, num_channels)
+        if jpeg_quality is None:
+            jpeg_quality = DEFAULT_JPEG_QUALITY
+        try:
+            q = operator.index(jpeg_quality)
+        except TypeError:
+            q = -1
+        if not 0 <= q <= 100:
+            raise InvalidArgumentError(f"jpeg_quality must be an integer 0..100, got {jpeg_quality!r}")
+        self.jpeg_quality = q
+
+    @classmethod
+    def _supports(cls, dtype: np.dtype, num_channels: int) -> bool:
+        return dtype == np.uint8 and num_channels in (1, 3)
+
+    @classmethod
+    def _support_text(cls) -> str:
+        return "supported: uint8 with 1 or 3 channels"
+
+    def _encode(self, array: np.ndarray) -> bytes:
+        return encode_image(imagecodecs.jpeg8_encode, array, "jpeg", level=self.jpeg_quality,
+                            subsampling="420", optimize=False)
+
+    def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
+        return decode_image(imagecodecs.jpeg8_decode, data, jpeg_size(data, where), shape,
+                            self.dtype, out, "jpeg", where)

@@ -1,0 +1,61 @@
+"""raw: little-endian voxels in [x, y, z, channel] Fortran order, no header.
+
+Chunks stored gzip-compressed (a gzip header where raw voxels are expected) are
+decompressed first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardvol.codecs.base import Codec, Shape4
+from shardvol.compression import gzip_decompress, is_gzip
+from shardvol.errors import ChunkDecodeError
+
+RAW_DTYPES = frozenset(
+    np.dtype(t)
+    for t in ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+              "float32", "float64")
+)
+
+
+class RawCodec(Codec):
+    """The ``raw`` encoding: any numeric precomputed data type, any channel count."""
+
+    encoding = "raw"
+
+    @classmethod
+    def _supports(cls, dtype: np.dtype, num_channels: int) -> bool:
+        return dtype in RAW_DTYPES
+
+    @classmethod
+    def _support_text(cls) -> str:
+        return "supported: " + ", ".join(sorted(d.name for d in RAW_DTYPES))
+
+    def _encode(self, array: np.ndarray) -> bytes:
+        return np.asarray(array, dtype=self.dtype.newbyteorder("<")).tobytes(order="F")
+
+    def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
+        expected = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
+        if is_gzip(data):
+            data = _gunzip_or_raw(data, expected, where)
+        if len(data) != expected:
+            raise ChunkDecodeError(
+                f"{where}: raw chunk of shape {shape[:3]} x {shape[3]} channel(s) of "
+                f"{self.dtype.name} needs {expected} bytes, got {len(data)}")
+        voxels = np.frombuffer(data, dtype=self.dtype.newbyteorder("<")).reshape(shape, order="F")
+        if out is None:  # always a copy: never alias the caller's buffer
+            return np.array(voxels, dtype=self.dtype, order="F")
+        np.copyto(out, voxels, casting="equiv")
+        return out
+
+
+def _gunzip_or_raw(data: bytes, expected: int, where: str) -> bytes:
+    """Gunzip a chunk that starts with the gzip magic; raw voxels that merely start
+    with those two bytes (and have the exact raw size) are returned unchanged."""
+    try:
+        return gzip_decompress(data, where, ChunkDecodeError, expected_size=expected)
+    except ChunkDecodeError:
+        if len(data) == expected:
+            return data
+        raise

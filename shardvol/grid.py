@@ -1,0 +1,45 @@
+"""Regular chunk grids over a box-shaped domain (any number of dimensions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardvol.chunkstore import ChunkCoord
+
+
+@dataclass(frozen=True)
+class ChunkGrid:
+    """Chunks of ``chunk_shape`` tiling the domain ``[origin, origin + shape)``.
+
+    Chunk ``g`` covers ``origin + g * chunk_shape`` up to the next chunk or the
+    end of the domain, whichever comes first.
+    """
+
+    origin: tuple[int, ...]
+    shape: tuple[int, ...]
+    chunk_shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return tuple(-(-n // c) for n, c in zip(self.shape, self.chunk_shape))
+
+    @property
+    def stop(self) -> tuple[int, ...]:
+        return tuple(o + n for o, n in zip(self.origin, self.shape))
+
+    def chunk_start(self, coord: ChunkCoord) -> tuple[int, ...]:
+        """Global coordinate of the chunk's first element."""
+        return tuple(o + g * c for o, g, c in zip(self.origin, coord, self.chunk_shape))
+
+    def chunk_extent(self, coord: ChunkCoord) -> tuple[int, ...]:
+        """Shape of the part of the chunk that lies inside the domain."""
+        return tuple(
+            min(c, n - g * c) for g, c, n in zip(coord, self.chunk_shape, self.shape)
+        )
+
+    def contains(self, coord: ChunkCoord) -> bool:
+        return all(0 <= g < n for g, n in zip(coord, self.grid_shape))

@@ -1,0 +1,220 @@
+"""numpy basic indexing in global coordinates, projected onto a chunk grid.
+
+A selection is normalised per axis to an :class:`AxisSelection` (first
+coordinate, step, count, whether the axis is dropped), then
+:func:`chunk_parts` lists, for every chunk it touches, which elements of the
+chunk go to which elements of the output.
+
+Coordinates are global: the domain of an axis is ``[origin, origin + shape)``.
+A negative index counts from the end of the domain (``-1`` is the last
+element) on axes whose domain has no negative coordinates; on an axis whose
+domain starts below zero, negative numbers are plain coordinates.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+from shardvol.chunkstore import ChunkCoord
+from shardvol.errors import InvalidArgumentError, OutOfBoundsError
+from shardvol.grid import ChunkGrid
+
+
+@dataclass(frozen=True)
+class AxisSelection:
+    """Coordinates ``start + k * step`` for ``k < count`` along one axis."""
+
+    start: int
+    step: int
+    count: int
+    drop: bool = False
+
+    @property
+    def last(self) -> int:
+        return self.start + (self.count - 1) * self.step
+
+    def bounds(self) -> tuple[int, int]:
+        """Smallest and one-past-largest selected coordinate (count > 0)."""
+        lo, hi = sorted((self.start, self.last))
+        return lo, hi + 1
+
+
+def _as_index(value: Any, axis: int) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"axis {axis}: index {value!r} is not an integer, slice or '...' "
+            "(only basic indexing is supported)"
+        ) from None
+
+
+def _resolve(i: int, lo: int, hi: int) -> int:
+    """Map a user index to a global coordinate (negative counts from the end when lo >= 0)."""
+    return i + hi if i < 0 and lo >= 0 else i
+
+
+def normalize_selection(
+    key: Any, origin: tuple[int, ...], shape: tuple[int, ...], bounded: bool = True
+) -> tuple[AxisSelection, ...]:
+    """Normalise a basic-indexing ``key`` against the domain ``[origin, origin + shape)``.
+
+    Raises OutOfBoundsError for selections outside the domain when ``bounded``;
+    otherwise such selections are allowed (the caller reads fill values there).
+    """
+    ndim = len(shape)
+    items = list(key) if isinstance(key, tuple) else [key]
+    n_ellipsis = sum(1 for k in items if k is Ellipsis)
+    if n_ellipsis > 1:
+        raise InvalidArgumentError("an index can only have a single ellipsis ('...')")
+    if n_ellipsis:
+        i = items.index(Ellipsis)
+        fill = ndim - (len(items) - 1)
+        items[i : i + 1] = [slice(None)] * max(fill, 0)
+    if len(items) > ndim:
+        raise InvalidArgumentError(f"too many indices: {len(items)} for {ndim} dimensions")
+    items += [slice(None)] * (ndim - len(items))
+
+    out = []
+    for axis, (item, o, n) in enumerate(zip(items, origin, shape)):
+        lo, hi = o, o + n
+        if isinstance(item, slice):
+            step = 1 if item.step is None else _as_index(item.step, axis)
+            if step == 0:
+                raise InvalidArgumentError(f"axis {axis}: slice step cannot be zero")
+            if step > 0:
+                start = lo if item.start is None else _resolve(_as_index(item.start, axis), lo, hi)
+                stop = hi if item.stop is None else _resolve(_as_index(item.stop, axis), lo, hi)
+                count = max(0, -(-(stop - start) // step))
+                if bounded and count and (start < lo or stop > hi):
+                    raise OutOfBoundsError(
+                        f"axis {axis}: [{start}, {stop}) is outside the domain [{lo}, {hi})"
+                    )
+            else:
+                start = hi - 1 if item.start is None else _resolve(_as_index(item.start, axis), lo, hi)
+                stop = lo - 1 if item.stop is None else _resolve(_as_index(item.stop, axis), lo, hi)
+                count = max(0, -(-(start - stop) // -step))
+                if bounded and count and (start >= hi or stop < lo - 1):
+                    raise OutOfBoundsError(
+                        f"axis {axis}: {start} down to {stop} (exclusive) is outside the "
+                        f"domain [{lo}, {hi})"
+                    )
+            out.append(AxisSelection(start, step, count))
+        else:
+            i = _resolve(_as_index(item, axis), lo, hi)
+            if bounded and not lo <= i < hi:
+                raise OutOfBoundsError(f"axis {axis}: index {i} is outside the domain [{lo}, {hi})")
+            out.append(AxisSelection(i, 1, 1, drop=True))
+    return tuple(out)
+
+
+def selection_in_domain(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> bool:
+    """Whether every selected coordinate lies inside the grid's domain."""
+    for a, o, e in zip(sel, grid.origin, grid.stop):
+        if a.count:
+            lo, hi = a.bounds()
+            if lo < o or hi > e:
+                return False
+    return True
+
+
+def clip_selection(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> tuple[
+        tuple[AxisSelection, ...], tuple[slice, ...]]:
+    """The in-domain part of ``sel`` and where it sits in the full selection's output."""
+    clipped, where = [], []
+    for a, o, e in zip(sel, grid.origin, grid.stop):
+        k0, k1 = _k_range_inside(a, o, e)
+        clipped.append(AxisSelection(a.start + k0 * a.step, a.step, k1 - k0, a.drop))
+        where.append(slice(k0, k1))
+    return tuple(clipped), tuple(where)
+
+
+def _k_range_inside(a: AxisSelection, lo: int, hi: int) -> tuple[int, int]:
+    """Range [k0, k1) of k with lo <= a.start + k * a.step < hi."""
+    if a.count == 0 or hi <= lo:
+        return 0, 0
+    s, step = a.start, a.step
+    if step > 0:
+        k0 = max(0, -(-(lo - s) // step))
+        k1 = min(a.count, -(-(hi - s) // step))
+    else:
+        m = -step
+        k0 = max(0, (s - hi) // m + 1)
+        k1 = min(a.count, (s - lo) // m + 1)
+    return (k0, k1) if k0 < k1 else (0, 0)
+
+
+@dataclass(frozen=True)
+class AxisRun:
+    """The part of one chunk (along one axis) that a selection uses."""
+
+    chunk: int  # chunk index along the axis
+    chunk_slice: slice  # positions inside the chunk
+    out_slice: slice  # positions in the output
+    full: bool  # the chunk's whole in-domain extent, step 1
+
+
+def axis_runs(a: AxisSelection, origin: int, size: int, chunk: int) -> list[AxisRun]:
+    """Chunks touched by one axis selection and the matching slices."""
+    runs = []
+    if a.count == 0:
+        return runs
+    lo_sel, hi_sel = a.bounds()
+    lo_sel, hi_sel = max(lo_sel, origin), min(hi_sel, origin + size)
+    if lo_sel >= hi_sel:
+        return runs
+    g_first = (lo_sel - origin) // chunk
+    g_last = (hi_sel - 1 - origin) // chunk
+    for g in range(g_first, g_last + 1):
+        lo = origin + g * chunk
+        hi = min(lo + chunk, origin + size)
+        k0, k1 = _k_range_inside(a, lo, hi)
+        if k0 >= k1:
+            continue
+        p0 = a.start + k0 * a.step - lo
+        p_end = p0 + (k1 - k0) * a.step
+        chunk_slice = slice(p0, p_end if p_end >= 0 else None, a.step)
+        full = a.step == 1 and p0 == 0 and k1 - k0 == hi - lo
+        runs.append(AxisRun(g, chunk_slice, slice(k0, k1), full))
+    return runs
+
+
+@dataclass(frozen=True)
+class ChunkPart:
+    """One chunk's contribution to a selection."""
+
+    coord: ChunkCoord
+    chunk_sel: tuple[slice, ...]
+    out_sel: tuple[slice, ...]
+    full: bool  # every in-domain element of the chunk is selected, in order
+
+
+def chunk_parts(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> list[ChunkPart]:
+    """Every chunk the selection touches, with chunk-side and output-side slices.
+
+    Output slices index an array of shape ``tuple(a.count for a in sel)``
+    (dropped axes kept as length 1).  Out-of-domain coordinates belong to no chunk.
+    """
+    per_axis = [
+        axis_runs(a, o, n, c)
+        for a, o, n, c in zip(sel, grid.origin, grid.shape, grid.chunk_shape)
+    ]
+    parts = []
+    for runs in product(*per_axis):
+        parts.append(
+            ChunkPart(
+                coord=tuple(r.chunk for r in runs),
+                chunk_sel=tuple(r.chunk_slice for r in runs),
+                out_sel=tuple(r.out_slice for r in runs),
+                full=all(r.full for r in runs),
+            )
+        )
+    return parts
+
+
+def drop_axes(sel: tuple[AxisSelection, ...]) -> tuple[int | slice, ...]:
+    """Index that removes the axes selected by integers from a full-rank result."""
+    return tuple(0 if a.drop else slice(None) for a in sel)

@@ -1,0 +1,637 @@
+"""Zarr v3 codecs and the per-chunk codec pipeline.
+
+A Zarr v3 array lists its codecs in ``zarr.json``: zero or more array -> array
+codecs (``transpose``), exactly one array -> bytes codec (``bytes`` or
+``sharding_indexed``), then zero or more bytes -> bytes codecs (``gzip``,
+``zstd``, ``blosc``, ``crc32c``).  Encoding applies them in that order,
+decoding in reverse.  Each codec here is a small frozen object built from its
+JSON ``configuration`` (``from_config``) and written back with ``to_json``;
+:class:`CodecChain` binds a codec list to one chunk shape, data type and fill
+value and encodes / decodes whole chunks.
+
+Compression comes from well-kept libraries: gzip from :mod:`shardvol.compression`
+(libdeflate), zstd and blosc from imagecodecs, crc32c from the ``crc32c`` package.
+"""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import prod
+from typing import Any, ClassVar
+
+import crc32c as _crc32c
+import imagecodecs
+import numpy as np
+
+from shardvol.compression import gzip_compress, gzip_decompress
+from shardvol.errors import (
+    ChecksumError,
+    ChunkDecodeError,
+    ChunkEncodeError,
+    InfoError,
+    InvalidArgumentError,
+    UnsupportedCodecError,
+)
+
+JSON = Any
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """What a codec chain encodes: arrays of ``shape`` and ``dtype``; ``fill_value`` for gaps."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fill_value: Any
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * self.dtype.itemsize
+
+
+class Codec(ABC):
+    """One entry of a ``codecs`` list."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, config: Mapping[str, JSON], where: str) -> Codec:
+        """Build from the JSON ``configuration`` (raise InfoError naming ``where``)."""
+
+    @abstractmethod
+    def to_json(self) -> dict[str, JSON]:
+        """The ``{"name": ..., "configuration": ...}`` object of this codec."""
+
+
+class ArrayArrayCodec(Codec):
+    """Maps an array to another array (same elements, new layout)."""
+
+    @abstractmethod
+    def resolve(self, spec: ChunkSpec, where: str) -> ChunkSpec:
+        """The spec of the encoded array for input ``spec``; InfoError if not applicable."""
+
+    @abstractmethod
+    def encode(self, array: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def decode(self, array: np.ndarray) -> np.ndarray: ...
+
+
+class ArrayBytesCodec(Codec):
+    """Serialises an array to bytes."""
+
+    @abstractmethod
+    def validate(self, spec: ChunkSpec, where: str) -> None:
+        """Raise InfoError if this codec cannot encode arrays of ``spec``."""
+
+    @abstractmethod
+    def encoded_size(self, spec: ChunkSpec) -> int | None:
+        """Exact encoded size for ``spec``, or None if it varies."""
+
+    @abstractmethod
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> Any:
+        """Bytes-like encoding (bytes, or a contiguous uint8 buffer)."""
+
+    @abstractmethod
+    def decode(
+        self, data: bytes, spec: ChunkSpec, context: str, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Decode into ``out`` (shape/dtype of ``spec``, C-contiguous) if given, else a new array."""
+
+
+class BytesBytesCodec(Codec):
+    """Transforms bytes (compression, checksums)."""
+
+    #: bytes added by encoding when that is a constant, else None
+    fixed_overhead: ClassVar[int | None] = None
+
+    def validate(self, spec: ChunkSpec, where: str) -> BytesBytesCodec:
+        """Check against the array spec; return the codec with defaults filled in."""
+        return self
+
+    @abstractmethod
+    def encode(self, data: Any) -> bytes:
+        """Encode a bytes-like (bytes, memoryview or contiguous uint8 array)."""
+
+    @abstractmethod
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> Any:
+        """Decoded bytes-like of exactly ``size`` bytes when that is known (else ChunkDecodeError).
+
+        Forged size fields never make a codec allocate more than ``size``.  With
+        ``out`` (a uint8 array of ``size`` bytes) the codec may decode into it and
+        return it (or a view of it).
+        """
+
+
+# --------------------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, type[Codec]] = {}
+
+
+def register_codec(cls: type[Codec]) -> type[Codec]:
+    """Make ``cls`` parseable by its ``name`` in codec lists."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def parse_codec(entry: JSON, where: str) -> Codec:
+    """One codec from its JSON (``{"name", "configuration"}`` or a bare name string)."""
+    if isinstance(entry, str):
+        name, config = entry, {}
+    elif isinstance(entry, Mapping):
+        name = entry.get("name")
+        config = entry.get("configuration", {})
+        if not isinstance(name, str):
+            raise InfoError(f"{where}: codec entry {entry!r} has no string 'name'")
+        if not isinstance(config, Mapping):
+            raise InfoError(f"{where}: 'configuration' of codec {name!r} must be an object")
+        extra = set(entry) - {"name", "configuration"}
+        if extra:
+            raise InfoError(f"{where}: codec {name!r} has unknown members {sorted(extra)}")
+    else:
+        raise InfoError(f"{where}: codec entry must be an object or a name, got {entry!r}")
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise UnsupportedCodecError(
+            f"{where}: codec {name!r} is not supported (supported: {sorted(_REGISTRY)})"
+        )
+    return cls.from_config(config, f"{where}: codec {name!r}")
+
+
+def default_codec(name: str) -> Codec:
+    """The codec ``name`` with its default configuration (e.g. "zstd", "gzip", "crc32c")."""
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise UnsupportedCodecError(f"codec {name!r} is not supported (supported: {sorted(_REGISTRY)})")
+    try:
+        return cls()
+    except TypeError as e:
+        raise InvalidArgumentError(f"codec {name!r} needs a configuration") from e
+
+
+def parse_codecs(entries: JSON, where: str) -> tuple[Codec, ...]:
+    """A codec list from JSON."""
+    if not isinstance(entries, Sequence) or isinstance(entries, str) or not entries:
+        raise InfoError(f"{where} must be a non-empty list of codecs, got {entries!r}")
+    return tuple(parse_codec(e, f"{where}[{i}]") for i, e in enumerate(entries))
+
+
+def check_config_keys(config: Mapping[str, JSON], allowed: set[str], where: str) -> None:
+    extra = set(config) - allowed
+    if extra:
+        raise InfoError(f"{where}: unknown configuration members {sorted(extra)}")
+
+
+def _int_param(
+    config: Mapping[str, JSON], key: str, default: int | None, lo: int, hi: int, where: str
+) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise InfoError(f"{where}: configuration member {key!r} is required")
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InfoError(f"{where}: {key!r} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _config(**items: JSON) -> dict[str, JSON]:
+    return {k: v for k, v in items.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- array -> array
+
+
+@register_codec
+@dataclass(frozen=True)
+class TransposeCodec(ArrayArrayCodec):
+    """Permutes the axes: encoded axis ``i`` is input axis ``order[i]``."""
+
+    name: ClassVar[str] = "transpose"
+    order: tuple[int, ...] | str  # a permutation, or "C"/"F" (older metadata) until resolved
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, JSON], where: str) -> TransposeCodec:
+        check_config_keys(config, {"order"}, where)
+        order = config.get("order")
+        if order in ("C", "F"):
+            return cls(order)
+        if (
+            not isinstance(order, Sequence)
+            or isinstance(order, str)
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in order)
+        ):
+            raise InfoError(f"{where}: 'order' must be a list of axis numbers, got {order!r}")
+        return cls(tuple(order))
+
+    def to_json(self) -> dict[str, JSON]:
+        order = self.order if isinstance(self.order, str) else list(self.order)
+        return {"name": self.name, "configuration": {"order": order}}
+
+    def permutation(self, ndim: int) -> tuple[int, ...]:
+        if self.order == "C":
+            return tuple(range(ndim))
+        if self.order == "F":
+            return tuple(range(ndim - 1, -1, -1))
+        return tuple(self.order)
+
+    def resolve(self, spec: ChunkSpec, where: str) -> ChunkSpec:
+        perm = self.permutation(len(spec.shape))
+        if sorted(perm) != list(range(len(spec.shape))):
+            raise InfoError(
+                f"{where}: order {list(perm)} is not a permutation of the "
+                f"{len(spec.shape)} axes of chunks of shape {list(spec.shape)}"
+            )
+        return ChunkSpec(tuple(spec.shape[i] for i in perm), spec.dtype, spec.fill_value)
+
+    def encode(self, array: np.ndarray) -> np.ndarray:
+        return array.transpose(self.permutation(array.ndim))
+
+    def decode(self, array: np.ndarray) -> np.ndarray:
+        return array.transpose(np.argsort(self.permutation(array.ndim)))
+
+
+# --------------------------------------------------------------------------- array -> bytes
+
+
+@register_codec
+@dataclass(frozen=True)
+class BytesCodec(ArrayBytesCodec):
+    """The elements in C order, little- or big-endian (endian optional for 1-byte types)."""
+
+    name: ClassVar[str] = "bytes"
+    endian: str | None = "little"
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, JSON], where: str) -> BytesCodec:
+        check_config_keys(config, {"endian"}, where)
+        endian = config.get("endian")
+        if endian not in ("little", "big", None):
+            raise InfoError(f"{where}: 'endian' must be 'little' or 'big', got {endian!r}")
+        return cls(endian)
+
+    def to_json(self) -> dict[str, JSON]:
+        if self.endian is None:
+            return {"name": self.name}
+        return {"name": self.name, "configuration": {"endian": self.endian}}
+
+    def stored_dtype(self, dtype: np.dtype) -> np.dtype:
+        if dtype.itemsize == 1:
+            return dtype
+        return dtype.newbyteorder("<" if self.endian == "little" else ">")
+
+    def validate(self, spec: ChunkSpec, where: str) -> None:
+        if self.endian is None and spec.dtype.itemsize > 1:
+            raise InfoError(f"{where}: 'endian' is required for data type {spec.dtype}")
+
+    def encoded_size(self, spec: ChunkSpec) -> int:
+        return spec.nbytes
+
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> np.ndarray:
+        stored = np.ascontiguousarray(array, dtype=self.stored_dtype(spec.dtype))
+        return stored.reshape(-1).view(np.uint8)  # no copy when already laid out
+
+    def decode(
+        self, data: bytes, spec: ChunkSpec, context: str, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        if len(data) != spec.nbytes:
+            raise ChunkDecodeError(
+                f"{context}: raw chunk has {len(data)} bytes, expected {spec.nbytes} "
+                f"for shape {list(spec.shape)} of {spec.dtype}"
+            )
+        if out is None:
+            out = np.empty(spec.shape, spec.dtype)
+        if spec.dtype == bool:
+            np.not_equal(np.frombuffer(data, np.uint8).reshape(spec.shape), 0, out=out)
+        else:
+            np.copyto(out, np.frombuffer(data, self.stored_dtype(spec.dtype)).reshape(spec.shape))
+        return out
+
+
+# --------------------------------------------------------------------------- bytes -> bytes
+
+
+@register_codec
+@dataclass(frozen=True)
+class GzipCodec(BytesBytesCodec):
+    name: ClassVar[str] = "gzip"
+    level: int = 6
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, JSON], where: str) -> GzipCodec:
+        check_config_keys(config, {"level"}, where)
+        return cls(_int_param(config, "level", None, 0, 9, where))
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"name": self.name, "configuration": {"level": self.level}}
+
+    def encode(self, data: bytes) -> bytes:
+        return gzip_compress(data, self.level)
+
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> bytes:
+        if size is not None and len(data) >= 4:
+            # the trailer sizes the decoder's output: check it before trusting it
+            trailer = struct.unpack("<I", data[-4:])[0]
+            if trailer != size & 0xFFFFFFFF:
+                raise ChunkDecodeError(
+                    f"{context}: gzip trailer says {trailer} bytes, expected {size}"
+                )
+        return gzip_decompress(bytes(data), context, ChunkDecodeError, size)
+
+
+@register_codec
+@dataclass(frozen=True)
+class ZstdCodec(BytesBytesCodec):
+    name: ClassVar[str] = "zstd"
+    level: int = 3
+    checksum: bool = False
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, JSON], where: str) -> ZstdCodec:
+        check_config_keys(config, {"level", "checksum"}, where)
+        checksum = config.get("checksum", False)
+        if not isinstance(checksum, bool):
+            raise InfoError(f"{where}: 'checksum' must be true or false, got {checksum!r}")
+        return cls(_int_param(config, "level", 0, -131072, 22, where), checksum)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"name": self.name, "configuration": {"level": self.level, "checksum": self.checksum}}
+
+    def encode(self, data: bytes) -> bytes:
+        if self.checksum:  # imagecodecs cannot add the frame checksum; numcodecs can
+            import numcodecs
+
+            return bytes(numcodecs.Zstd(level=self.level, checksum=True).encode(data))
+        return imagecodecs.zstd_encode(data, level=self.level)
+
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> Any:
+        if size is not None and out is None:
+            out = np.empty(size, np.uint8)  # bounds the output whatever the frame header says
+        try:
+            result = imagecodecs.zstd_decode(data, out=out)
+        except Exception as e:  # imagecodecs.ZstdError, or a too-small out buffer
+            raise ChunkDecodeError(f"{context}: corrupt zstd data ({e})") from e
+        if size is not None and len(result) != size:
+            raise ChunkDecodeError(
+                f"{context}: zstd data decodes to {len(result)} bytes, expected {size}"
+            )
+        return result
+
+
+_BLOSC_SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+_BLOSC_CNAMES = ("blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd")
+
+
+@register_codec
+@dataclass(frozen=True)
+class BloscCodec(BytesBytesCodec):
+    name: ClassVar[str] = "blosc"
+    cname: str = "zstd"
+    clevel: int = 5
+    shuffle: str = "noshuffle"
+    typesize: int | None = None
+    blocksize: int = 0
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, JSON], where: str) -> BloscCodec:
+        check_config_keys(config, {"cname", "clevel", "shuffle", "typesize", "blocksize"}, where)
+        cname = config.get("cname", "lz4")
+        if cname not in _BLOSC_CNAMES:
+            raise InfoError(f"{where}: 'cname' must be one of {list(_BLOSC_CNAMES)}, got {cname!r}")
+        shuffle = config.get("shuffle", "noshuffle")
+        if shuffle not in _BLOSC_SHUFFLE:
+            raise InfoError(
+                f"{where}: 'shuffle' must be one of {list(_BLOSC_SHUFFLE)}, got {shuffle!r}"
+            )
+        typesize = config.get("typesize")
+        if typesize is not None:
+            typesize = _int_param(config, "typesize", None, 1, 255, where)
+        return cls(
+            cname,
+            _int_param(config, "clevel", 5, 0, 9, where),
+            shuffle,
+            typesize,
+            _int_param(config, "blocksize", 0, 0, 2**31 - 1, where),
+        )
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "name": self.name,
+            "configuration": _config(
+                cname=self.cname,
+                clevel=self.clevel,
+                shuffle=self.shuffle,
+                typesize=self.typesize,
+                blocksize=self.blocksize,
+            ),
+        }
+
+    def validate(self, spec: ChunkSpec, where: str) -> BloscCodec:
+        if self.typesize is None:
+            return BloscCodec(
+                self.cname, self.clevel, self.shuffle, spec.dtype.itemsize, self.blocksize
+            )
+        return self
+
+    def encode(self, data: bytes) -> bytes:
+        return imagecodecs.blosc_encode(
+            data,
+            level=self.clevel,
+            compressor=self.cname,
+            shuffle=_BLOSC_SHUFFLE[self.shuffle],
+            typesize=self.typesize or 1,
+            blocksize=self.blocksize,
+            numthreads=1,
+        )
+
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> Any:
+        if len(data) < 16:
+            raise ChunkDecodeError(f"{context}: blosc data truncated ({len(data)} bytes)")
+        nbytes, _, cbytes = struct.unpack_from("<III", data, 4)
+        if cbytes != len(data) or (size is not None and nbytes != size):
+            raise ChunkDecodeError(
+                f"{context}: blosc header says {nbytes} bytes from {cbytes} compressed, "
+                f"got {len(data)} compressed"
+                + ("" if size is None else f" and expected {size} decoded")
+            )
+        try:
+            return imagecodecs.blosc_decode(data, numthreads=1, out=out)
+        except Exception as e:
+            raise ChunkDecodeError(f"{context}: corrupt blosc data ({e})") from e
+
+
+@register_codec
+@dataclass(frozen=True)
+class Crc32cCodec(BytesBytesCodec):
+    """Appends the CRC32C (Castagnoli) of the data, 4 bytes little-endian."""
+
+    name: ClassVar[str] = "crc32c"
+    fixed_overhead: ClassVar[int | None] = 4
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, JSON], where: str) -> Crc32cCodec:
+        check_config_keys(config, set(), where)
+        return cls()
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"name": self.name}
+
+    def encode(self, data: bytes) -> bytes:
+        return b"".join((data, struct.pack("<I", _crc32c.crc32c(data))))
+
+    def decode(
+        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+    ) -> Any:
+        if len(data) < 4:
+            raise ChecksumError(f"{context}: {len(data)} bytes cannot hold a crc32c checksum")
+        body = memoryview(data)[:-4]
+        stored = struct.unpack("<I", data[-4:])[0]
+        actual = _crc32c.crc32c(body)
+        if stored != actual:
+            raise ChecksumError(
+                f"{context}: crc32c checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
+            )
+        if size is not None and len(body) != size:
+            raise ChunkDecodeError(f"{context}: {len(body)} bytes, expected {size}")
+        return body
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+class CodecChain:
+    """A codec list bound to one chunk spec: encodes and decodes whole chunks."""
+
+    def __init__(self, codecs: Sequence[Codec], spec: ChunkSpec, where: str = "codecs") -> None:
+        self.spec = spec
+        self.codecs = tuple(codecs)
+        aa: list[ArrayArrayCodec] = []
+        ab: ArrayBytesCodec | None = None
+        bb: list[BytesBytesCodec] = []
+        current = spec
+        for i, codec in enumerate(self.codecs):
+            here = f"{where}[{i}] ({codec.name})"
+            if isinstance(codec, ArrayArrayCodec):
+                if ab is not None:
+                    raise InfoError(f"{here}: array -> array codec after the array -> bytes codec")
+                aa.append(codec)
+                current = codec.resolve(current, here)
+            elif isinstance(codec, ArrayBytesCodec):
+                if ab is not None:
+                    raise InfoError(f"{here}: only one array -> bytes codec is allowed")
+                codec.validate(current, here)
+                ab = codec
+            elif isinstance(codec, BytesBytesCodec):
+                if ab is None:
+                    raise InfoError(f"{here}: bytes -> bytes codec before the array -> bytes codec")
+                bb.append(codec.validate(current, here))
+            else:  # pragma: no cover - registry only holds the three kinds
+                raise InfoError(f"{here}: unknown codec kind")
+        if ab is None:
+            raise InfoError(f"{where}: an array -> bytes codec (e.g. 'bytes') is required")
+        self._aa = aa
+        self._ab = ab
+        self._ab_spec = current
+        self._bb = bb
+        # Decode straight into the caller's array when nothing re-lays it out in between.
+        self._direct = (
+            not aa
+            and isinstance(ab, BytesCodec)
+            and spec.dtype != bool  # stored bytes other than 0/1 must be normalised
+            and ab.stored_dtype(spec.dtype) == spec.dtype.newbyteorder("=")
+        )
+
+    def encoded_size(self) -> int | None:
+        """Exact encoded size of every chunk, or None if it varies (compression)."""
+        size = self._ab.encoded_size(self._ab_spec)
+        for codec in self._bb:
+            if size is None or codec.fixed_overhead is None:
+                return None
+            size += codec.fixed_overhead
+        return size
+
+    def encode(self, array: np.ndarray) -> bytes:
+        """Encoded bytes of one full chunk (``array`` has the chunk's shape)."""
+        if tuple(array.shape) != self.spec.shape:
+            raise ChunkEncodeError(
+                f"chunk array has shape {list(array.shape)}, expected {list(self.spec.shape)}"
+            )
+        for codec in self._aa:
+            array = codec.encode(array)
+        data = self._ab.encode(array, self._ab_spec)
+        for codec in self._bb:
+            data = codec.encode(data)
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def decode(
+        self,
+        data: bytes,
+        shape: Sequence[int] | None = None,
+        dtype: Any = None,
+        out: np.ndarray | None = None,
+        context: str = "chunk",
+    ) -> np.ndarray:
+        """Decode one chunk into ``out`` (the chunk's shape, any layout) or a new C-ordered array.
+
+        ``shape`` and ``dtype``, if given, must be the chunk's (Zarr chunks are
+        never clipped); they are accepted so that this object serves as the
+        slicing layer's chunk codec.  Corrupt data raises ChunkDecodeError /
+        ChecksumError naming ``context``.
+        """
+        spec = self.spec
+        if shape is not None and tuple(shape) != spec.shape:
+            raise ChunkDecodeError(
+                f"{context}: Zarr chunks have shape {list(spec.shape)}, not {list(shape)}"
+            )
+        if dtype is not None and np.dtype(dtype) != spec.dtype:
+            raise ChunkDecodeError(f"{context}: the array's data type is {spec.dtype}, not {dtype}")
+        if out is not None and tuple(out.shape) != spec.shape:
+            raise ChunkDecodeError(
+                f"{context}: output has shape {list(out.shape)}, expected {list(spec.shape)}"
+            )
+        # only the first bytes -> bytes codec has a known decoded size (the array's bytes)
+        size = self._ab.encoded_size(self._ab_spec)
+        if self._direct:
+            usable = out is not None and out.flags.c_contiguous and out.dtype == spec.dtype
+            result = out if usable else np.empty(spec.shape, spec.dtype)
+            raw = result.reshape(-1).view(np.uint8)
+            for i, codec in enumerate(reversed(self._bb)):
+                first = i == len(self._bb) - 1
+                data = codec.decode(data, context, size if first else None, raw if first else None)
+            if not (isinstance(data, np.ndarray) and np.may_share_memory(data, raw)):
+                self._ab.decode(data, spec, context, result)
+        else:
+            for i, codec in enumerate(reversed(self._bb)):
+                data = codec.decode(data, context, size if i == len(self._bb) - 1 else None)
+            result = self._ab.decode(data, self._ab_spec, context)
+            for codec in reversed(self._aa):
+                result = codec.decode(result)
+        if out is not None and result is not out:
+            np.copyto(out, result)
+            return out
+        return result
+
+    def is_fill(self, array: np.ndarray) -> bool:
+        """Whether every element equals the fill value (such chunks need not be stored)."""
+        return is_fill(array, self.spec.fill_value)
+
+
+def is_fill(array: np.ndarray, fill_value: Any) -> bool:
+    """Whether every element of ``array`` equals ``fill_value`` (NaN equals NaN)."""
+    fill = np.asarray(fill_value, dtype=array.dtype)
+    if array.dtype.kind in "fc" and np.isnan(fill).any():
+        return bool(np.all((array == fill) | (np.isnan(array) & np.isnan(fill))))
+    if array.size and array.flat[0] != fill:  # most stored chunks fail at once
+        return False
+    return bool(np.all(array == fill))
+

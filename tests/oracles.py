@@ -1,0 +1,56 @@
+"""Opening volumes with the oracle libraries (TensorStore, CloudVolume)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import tensorstore as ts
+
+# A copy of the project's shared/testdata (written by other implementations; see each SOURCE.txt)
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "testdata")
+
+
+def testdata(*parts: str) -> str:
+    return os.path.join(TESTDATA, *parts)
+
+
+def ts_open(path: str, scale_index: int = 0, **extra) -> ts.TensorStore:
+    """TensorStore view of a local precomputed volume (domain in global voxel coordinates)."""
+    spec = {
+        "driver": "neuroglancer_precomputed",
+        "kvstore": {"driver": "file", "path": path},
+        "scale_index": scale_index,
+        **extra,
+    }
+    return ts.open(spec).result()
+
+
+def ts_read(path: str, scale_index: int = 0) -> np.ndarray:
+    return ts_open(path, scale_index).read().result()
+
+
+def ts_create(path: str, *, data_type: str, num_channels: int, type: str = "image",
+              **scale_metadata) -> ts.TensorStore:
+    spec = {
+        "driver": "neuroglancer_precomputed",
+        "kvstore": {"driver": "file", "path": path},
+        "create": True,
+        "multiscale_metadata": {"data_type": data_type, "num_channels": num_channels, "type": type},
+        "scale_metadata": scale_metadata,
+    }
+    return ts.open(spec).result()
+
+
+def cv_read(path: str, mip: int = 0) -> np.ndarray:
+    """The whole scale read by CloudVolume (x, y, z, c)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from cloudvolume import CloudVolume
+
+        vol = CloudVolume(f"file://{path}", mip=mip, fill_missing=True, progress=False,
+                          bounded=True, cache=False, parallel=1)
+        bbox = vol.meta.bounds(mip)
+        return np.asarray(vol[bbox.minpt.x:bbox.maxpt.x, bbox.minpt.y:bbox.maxpt.y,
+                              bbox.minpt.z:bbox.maxpt.z])
