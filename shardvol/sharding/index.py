@@ -18,14 +18,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shardvol.chunked import default_parallel, run_parallel
 from shardvol.compression import gzip_compress, gzip_decompress
 from shardvol.errors import InvalidArgumentError, ShardFormatError
-from shardvol.sharding._parallel import map_batched
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
 _U64 = np.dtype("<u8")
-# Average value sizes from which gzip runs on several threads (see map_batched):
-# inflate gives the GIL up for far less time per byte than deflate.
+# gzip releases the GIL only around its C work, so it runs on several threads only
+# when there is enough of it: at least MIN_PARALLEL_BYTES in all, and values of
+# these average sizes (inflate gives the GIL up for far less time per byte).
+MIN_PARALLEL_BYTES = 256 * 1024
 PARALLEL_GUNZIP_BYTES = 64 * 1024
 PARALLEL_GZIP_BYTES = 1024
 
@@ -175,7 +177,7 @@ def encode_values(spec: ShardingSpec, values: list[bytes]) -> list[bytes]:
     """Values in the shard's data encoding (gzip runs on the codec threads)."""
     if spec.data_encoding == "raw":
         return [bytes(v) for v in values]
-    return map_batched(_gzip_all, values, sum(map(len, values)), PARALLEL_GZIP_BYTES)
+    return _map_batched(_gzip_all, values, PARALLEL_GZIP_BYTES)
 
 
 def decode_values(spec: ShardingSpec, blobs: list, contexts: Callable[[int], str]) -> list[bytes]:
@@ -183,11 +185,30 @@ def decode_values(spec: ShardingSpec, blobs: list, contexts: Callable[[int], str
     if spec.data_encoding == "raw":
         return [bytes(b) for b in blobs]
     try:
-        return map_batched(_gunzip_all, blobs, sum(map(len, blobs)), PARALLEL_GUNZIP_BYTES)
+        return _map_batched(_gunzip_all, blobs, PARALLEL_GUNZIP_BYTES)
     except ShardFormatError:
         for i, blob in enumerate(blobs):  # find the first bad value to name it
             gzip_decompress(blob, contexts(i), ShardFormatError)
         raise
+
+
+def _map_batched(fn: Callable[[Sequence], list], items: Sequence, min_item_bytes: int) -> list:
+    """``fn(items)`` for a batch -> list function, split in one batch per thread when the
+    items hold enough bytes of codec work (see MIN_PARALLEL_BYTES)."""
+    n = len(items)
+    total = sum(map(len, items))
+    threads = default_parallel()
+    if n < 2 or total < MIN_PARALLEL_BYTES or total < n * min_item_bytes:
+        return fn(items)
+    step = -(-n // threads)
+    batches = [items[i : i + step] for i in range(0, n, step)]
+    results: list[list] = [[] for _ in batches]
+
+    def run(i: int) -> None:
+        results[i] = fn(batches[i])
+
+    run_parallel(run, range(len(batches)), threads)
+    return [x for r in results for x in r]
 
 
 def _gzip_all(values: Sequence[bytes]) -> list[bytes]:
