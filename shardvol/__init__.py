@@ -12,12 +12,14 @@ from shardvol.kernels import (
     murmurhash3_x86_128_u64,
 )
 from shardvol.kvstore import KVStore, open_store
+from shardvol.volume import Volume
 
 __version__ = "0.1.0"
 
 __all__ = [
     "KVStore",
     "ShardvolError",
+    "Volume",
     "__version__",
     "compressed_morton_code",
     "decode_morton_code",

@@ -12,15 +12,12 @@ a shard that must be kept).
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 
+from shardvol._parallel import default_parallel, run_parallel
 from shardvol.chunkstore import ChunkCoord, ChunkStore
 from shardvol.errors import InvalidArgumentError, MissingChunkError
 from shardvol.grid import ChunkGrid
@@ -33,63 +30,7 @@ from shardvol.indexing import (
     selection_in_domain,
 )
 
-T = TypeVar("T")
 _MAX_BATCH = 64
-
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _work_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="shardvol-work")
-        return _pool
-
-
-def default_parallel() -> int:
-    return max(2, os.cpu_count() or 1)
-
-
-def run_parallel(fn: Callable[[T], None], items: Sequence[T], parallel: int) -> None:
-    """Apply ``fn`` to every item on up to ``parallel`` threads (the caller is one of them).
-
-    The first exception is re-raised after all workers stop taking new items.
-    Safe to nest: helpers that have not started when the caller's own loop ends
-    are cancelled, so a full pool can never leave the caller waiting.
-    """
-    if parallel <= 1 or len(items) <= 1:
-        for item in items:
-            fn(item)
-        return
-    it = iter(items)
-    lock = threading.Lock()
-    failed: list[BaseException] = []
-
-    def worker() -> None:
-        while not failed:
-            with lock:
-                item = next(it, _END)
-            if item is _END:
-                return
-            try:
-                fn(item)  # type: ignore[arg-type]
-            except BaseException as e:
-                failed.append(e)
-                return
-
-    futures = [_work_pool().submit(worker) for _ in range(min(parallel, len(items)) - 1)]
-    worker()
-    for f in futures:
-        if not f.cancel():
-            f.result()
-    if failed:
-        raise failed[0]
-
-
-_END = object()
-
 
 class ChunkCodec(Protocol):
     def encode(self, array: np.ndarray) -> bytes: ...

@@ -12,7 +12,7 @@ import tensorstore as ts
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "testdata")
 
 
-def testdata(*parts: str) -> str:
+def data_path(*parts: str) -> str:
     return os.path.join(TESTDATA, *parts)
 
 

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardvol.chunked import ChunkedArray, run_parallel
+from shardvol._parallel import run_parallel
+from shardvol.chunked import ChunkedArray
 from shardvol.chunkstore import ChunkStore
 from shardvol.errors import InvalidArgumentError, MissingChunkError
 from shardvol.grid import ChunkGrid

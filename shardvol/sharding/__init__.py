@@ -18,18 +18,28 @@ from shardvol.sharding.index import (
 )
 from shardvol.sharding.reader import ShardReader, read_shard
 from shardvol.sharding.spec import SHARDING_TYPE, ShardingSpec
-from shardvol.sharding.writer import ShardWriter, synthesize_shards, update_shard, write_shards
+from shardvol.sharding.writer import (
+    ShardWriter,
+    rewrite_shard,
+    synthesize_shards,
+    update_shard,
+    write_shards,
+)
+from shardvol.sharding.auto import auto_sharding, shard_shape
 
 __all__ = [
     "SHARDING_TYPE",
     "ShardReader",
     "ShardWriter",
     "ShardingSpec",
+    "auto_sharding",
     "decode_minishard_index",
     "decode_shard_index",
     "disassemble_shard",
     "encode_shard",
     "read_shard",
+    "rewrite_shard",
+    "shard_shape",
     "synthesize_shards",
     "update_shard",
     "write_shards",

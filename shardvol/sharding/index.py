@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shardvol.chunked import default_parallel, run_parallel
+from shardvol._parallel import default_parallel, run_parallel
 from shardvol.compression import gzip_compress, gzip_decompress
 from shardvol.errors import InvalidArgumentError, ShardFormatError
 from shardvol.sharding.spec import ShardingSpec, as_keys

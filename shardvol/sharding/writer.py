@@ -98,6 +98,18 @@ def update_shard(
     return touched
 
 
+def rewrite_shard(
+    store: KVStore, spec: ShardingSpec, shard: int, put: dict[int, bytes], delete: Iterable[int] = ()
+) -> None:
+    """Read-modify-write of one shard file; the caller holds ``store.lock(filename)``.
+
+    ``put`` values are raw (encoded here per ``data_encoding``); entries not
+    named are kept as stored.  A shard left empty is deleted.
+    """
+    blobs = encode_values(spec, list(put.values()))
+    _rewrite(store, spec, shard, dict(zip(put, blobs)), [int(k) for k in delete])
+
+
 def _rewrite(
     store: KVStore, spec: ShardingSpec, shard: int, put: dict[int, bytes], delete: list[int]
 ) -> None:

@@ -1,0 +1,80 @@
+"""Chunk stores of one precomputed scale: one file per chunk, or sharded.
+
+Chunk coordinates are 4-D ``(gx, gy, gz, 0)``: the channel axis is a single
+chunk wide, so the generic engine can treat a scale as an (x, y, z, c) array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+
+from shardvol.chunkstore import ChunkCoord, ChunkStore
+from shardvol.compression import gzip_decompress
+from shardvol.errors import ChunkDecodeError
+from shardvol.grid import ChunkGrid
+from shardvol.kvstore import KVStore
+from shardvol.kvstore.base import io_pool
+
+
+def chunk_key(grid: ChunkGrid, coord: ChunkCoord) -> str:
+    """Unsharded chunk file name ``x0-x1_y0-y1_z0-z1`` (global voxel coordinates)."""
+    start = grid.chunk_start(coord)
+    extent = grid.chunk_extent(coord)
+    return "_".join(f"{start[d]}-{start[d] + extent[d]}" for d in range(3))
+
+
+class UnshardedChunkStore(ChunkStore):
+    """One file per chunk, named by its voxel bounds; ``<name>.gz`` (CloudVolume) is read too."""
+
+    def __init__(self, store: KVStore, grid: ChunkGrid) -> None:
+        self.kv = store
+        self.grid = grid
+
+    def describe(self, coord: ChunkCoord) -> str:
+        return f"chunk {self.kv.url}/{chunk_key(self.grid, coord)}"
+
+    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
+        keys = [chunk_key(self.grid, c) for c in coords]
+        blobs = self.kv.get_many(keys)
+        found = {c: b for c, b in zip(coords, blobs) if b is not None}
+        missing = [i for i, b in enumerate(blobs) if b is None]
+        if missing:
+            gz = self.kv.get_many([keys[i] + ".gz" for i in missing])
+            for i, blob in zip(missing, gz):
+                if blob is not None:
+                    found[coords[i]] = gzip_decompress(
+                        blob, f"chunk {self.kv.url}/{keys[i]}.gz", ChunkDecodeError
+                    )
+        return found
+
+    def units(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, list[ChunkCoord]]:
+        return {c: [c] for c in coords}
+
+    def unit_chunks(self, unit: ChunkCoord) -> list[ChunkCoord]:
+        return [unit]
+
+    def update_unit(
+        self,
+        unit: ChunkCoord,
+        put: dict[ChunkCoord, bytes],
+        delete: Iterable[ChunkCoord] = (),
+        replace: bool = False,
+    ) -> None:
+        key = chunk_key(self.grid, unit)
+        if unit in put:
+            self.kv.set(key, put[unit])
+        elif unit in set(delete) or replace:
+            self.kv.delete(key)
+            self.kv.delete(key + ".gz")
+
+    def lock(self, unit: ChunkCoord) -> AbstractContextManager[None]:
+        return self.kv.lock(chunk_key(self.grid, unit))
+
+    def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
+        def one(c: ChunkCoord) -> bool:
+            key = chunk_key(self.grid, c)
+            return self.kv.exists(key) or self.kv.exists(key + ".gz")
+
+        return dict(zip(coords, io_pool().map(one, coords)))
+

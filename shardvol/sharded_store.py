@@ -1,0 +1,114 @@
+"""Chunk store of a sharded precomputed scale: chunk ids are compressed Morton codes.
+
+A unit is a shard (by number); updating it rewrites the whole shard file
+atomically, keeping the chunks that are neither put nor deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from functools import cached_property
+
+import numpy as np
+
+from shardvol.chunkstore import ChunkCoord, ChunkStore
+from shardvol.grid import ChunkGrid
+from shardvol.errors import InvalidArgumentError
+from shardvol.kernels import compressed_morton_code, decode_morton_code
+from shardvol.kvstore import KVStore
+from shardvol.sharding import ShardingSpec, ShardReader, encode_shard, rewrite_shard
+from shardvol.sharding.auto import shard_shape_in_chunks
+
+_ENUMERATE_LIMIT = 1 << 22  # grids up to this many chunks are enumerated to map shard -> chunks
+
+
+class ShardedChunkStore(ChunkStore):
+    """Chunks of one scale in ``neuroglancer_uint64_sharded_v1`` shard files."""
+
+    def __init__(self, store: KVStore, grid: ChunkGrid, spec: ShardingSpec) -> None:
+        self.kv = store
+        self.grid = grid
+        self.spec = spec
+        self.grid_size = grid.grid_shape[:3]
+        self.reader = ShardReader(store, spec)
+
+    def codes(self, coords: Sequence[ChunkCoord]) -> np.ndarray:
+        xyz = np.array([c[:3] for c in coords], dtype=np.uint64).reshape(-1, 3)
+        return compressed_morton_code(xyz, self.grid_size)
+
+    def describe(self, coord: ChunkCoord) -> str:
+        code = int(self.codes([coord])[0])
+        return f"chunk {tuple(coord[:3])} (id {code}) in {self.kv.url}/{self.spec.filename(code)}"
+
+    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
+        codes = [int(k) for k in self.codes(coords)]
+        data = self.reader.get_data_many(codes)
+        return {c: data[k] for c, k in zip(coords, codes) if k in data}
+
+    def units(self, coords: Sequence[ChunkCoord]) -> dict[int, list[ChunkCoord]]:
+        shards, _ = self.spec.shard_and_minishard(self.codes(coords))
+        out: dict[int, list[ChunkCoord]] = {}
+        for c, s in zip(coords, shards.tolist()):
+            out.setdefault(s, []).append(c)
+        return out
+
+    @cached_property
+    def _shard_members(self) -> dict[int, list[ChunkCoord]] | None:
+        """shard number -> chunk coordinates, for grids small enough to enumerate."""
+        n = int(np.prod(self.grid_size))
+        if n > _ENUMERATE_LIMIT:
+            return None
+        xyz = np.stack(np.unravel_index(np.arange(n), self.grid_size, order="F"), axis=1)
+        shards, _ = self.spec.shard_and_minishard(compressed_morton_code(xyz, self.grid_size))
+        members: dict[int, list[ChunkCoord]] = {}
+        for (x, y, z), s in zip(xyz.tolist(), shards.tolist()):
+            members.setdefault(s, []).append((x, y, z, 0))
+        return members
+
+    def unit_chunks(self, unit: int) -> list[ChunkCoord] | None:
+        block = shard_shape_in_chunks(self.spec, self.grid_size)
+        if block is not None:
+            # Aligned blocks: shard s is block number s in Morton order of blocks.
+            p = self.spec.preshift_bits + self.spec.minishard_bits
+            first = self._decode_block_origin(unit << p)
+            if first is None:
+                return []
+            ranges = [range(f, min(f + b, g)) for f, b, g in zip(first, block, self.grid_size)]
+            return [(x, y, z, 0) for z in ranges[2] for y in ranges[1] for x in ranges[0]]
+        members = self._shard_members
+        return None if members is None else members.get(unit, [])
+
+    def _decode_block_origin(self, code: int) -> tuple[int, int, int] | None:
+        try:
+            return tuple(int(v) for v in decode_morton_code([code], self.grid_size)[0])  # type: ignore[return-value]
+        except InvalidArgumentError:
+            return None
+
+    def update_unit(
+        self,
+        unit: int,
+        put: dict[ChunkCoord, bytes],
+        delete: Iterable[ChunkCoord] = (),
+        replace: bool = False,
+    ) -> None:
+        filename = self.spec.shard_filename(unit)
+        entries = dict(zip(self.codes(list(put)).tolist(), put.values())) if put else {}
+        if replace:
+            if entries:
+                self.kv.set(filename, encode_shard(self.spec, entries))
+            else:
+                self.kv.delete(filename)
+        else:
+            delete = list(delete)
+            gone = self.codes(delete).tolist() if delete else []
+            rewrite_shard(self.kv, self.spec, unit, entries, gone)
+        self.reader.invalidate(filename)
+
+    def lock(self, unit: int) -> AbstractContextManager[None]:
+        return self.kv.lock(self.spec.shard_filename(unit))
+
+    def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
+        codes = [int(k) for k in self.codes(coords)]
+        found = self.reader.exists(codes)
+        return {c: found[k] is not None for c, k in zip(coords, codes)}

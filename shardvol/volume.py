@@ -1,0 +1,393 @@
+"""Volume: numpy slicing of a Neuroglancer precomputed volume, sharded or not.
+
+``vol[x0:x1, y0:y1, z0:z1]`` returns an ``(x, y, z, channel)`` array in Fortran
+order, indexed in the volume's global voxel coordinates (the domain starts at
+``voxel_offset``); ``vol[...] = array`` writes any region.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shardvol.chunked import ChunkedArray
+from shardvol.chunkstore import ChunkStore
+from shardvol.codecs import get_codec
+from shardvol.errors import AlreadyExistsError, InfoError
+from shardvol.grid import ChunkGrid
+from shardvol.indexing import AxisSelection, chunk_parts, normalize_selection
+from shardvol.info import ScaleInfo, VolumeInfo, resolution_key
+from shardvol.kvstore import KVStore, PrefixStore, open_store
+from shardvol.precomputed_store import UnshardedChunkStore, chunk_key
+from shardvol.sharded_store import ShardedChunkStore
+from shardvol.sharding import ShardingSpec, auto_sharding
+
+INFO_KEY = "info"
+
+
+def read_info(kv: KVStore) -> VolumeInfo:
+    """Parse and validate the info file of the volume at ``kv``."""
+    raw = kv.get(INFO_KEY)
+    if raw is None:
+        raise InfoError(f"no precomputed volume at {kv.url}: it has no 'info' file")
+    return VolumeInfo.from_json(raw, source=f"{kv.url}/{INFO_KEY}")
+
+
+def _scale_store(kv: KVStore, scale: ScaleInfo) -> KVStore:
+    key = posixpath.normpath(scale.key.strip("/"))
+    if key.startswith("..") or key == ".":
+        raise InfoError(f"info: scale key {scale.key!r} points outside the volume at {kv.url}")
+    return PrefixStore(kv, key)
+
+
+class Volume:
+    """One scale (mip) of a precomputed volume, sliceable like a 4-D numpy array."""
+
+    def __init__(
+        self,
+        url: str | KVStore,
+        mip: int | str | Sequence[float] = 0,
+        *,
+        fill_value: Any = 0,
+        fill_missing: bool = True,
+        bounded: bool = True,
+        parallel: int | None = None,
+        jpeg_quality: int | None = None,
+    ) -> None:
+        self._kv = open_store(url)
+        self._options = dict(
+            fill_value=fill_value, fill_missing=fill_missing, bounded=bounded,
+            parallel=parallel, jpeg_quality=jpeg_quality,
+        )
+        self._meta = read_info(self._kv)
+        self._select(mip)
+
+    def _select(self, mip: int | str | Sequence[float]) -> None:
+        meta = self._meta
+        self._mip = meta.scale_index(mip if isinstance(mip, (int, str)) else tuple(mip))
+        scale = meta.scales[self._mip]
+        c = meta.num_channels
+        grid = ChunkGrid(
+            origin=(*scale.voxel_offset, 0),
+            shape=(*scale.size, c),
+            chunk_shape=(*scale.chunk_size, c),
+        )
+        kv = _scale_store(self._kv, scale)
+        self._spec = ShardingSpec.from_dict(scale.sharding) if scale.sharding else None
+        store: ChunkStore
+        if self._spec is None:
+            store = UnshardedChunkStore(kv, grid)
+        else:
+            store = ShardedChunkStore(kv, grid, self._spec)
+        codec = get_codec(
+            scale.encoding,
+            dtype=meta.dtype,
+            num_channels=c,
+            compressed_segmentation_block_size=scale.compressed_segmentation_block_size,
+            jpeg_quality=self._options["jpeg_quality"] or scale.extra.get("jpeg_quality"),
+            png_level=scale.extra.get("png_level"),
+        )
+        self._array = ChunkedArray(
+            grid=grid,
+            dtype=meta.dtype,
+            store=store,
+            codec=codec,
+            fill_value=self._options["fill_value"],
+            fill_missing=self._options["fill_missing"],
+            parallel=self._options["parallel"] or 0,
+        )
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def url(self) -> str:
+        return self._kv.url
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The info file as a dict (a copy)."""
+        return self._meta.to_dict()
+
+    @property
+    def meta(self) -> VolumeInfo:
+        """The parsed, validated info."""
+        return self._meta
+
+    @property
+    def scale(self) -> ScaleInfo:
+        return self._meta.scales[self._mip]
+
+    @property
+    def mip_level(self) -> int:
+        """Index of this scale in ``mips`` (0 is the finest)."""
+        return self._mip
+
+    @property
+    def mips(self) -> tuple[ScaleInfo, ...]:
+        """Every scale, finest first."""
+        return self._meta.scales
+
+    @property
+    def layer_type(self) -> str:
+        return self._meta.type
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._meta.dtype
+
+    @property
+    def num_channels(self) -> int:
+        return self._meta.num_channels
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (*self.scale.size, self._meta.num_channels)
+
+    @property
+    def voxel_offset(self) -> tuple[int, int, int]:
+        return self.scale.voxel_offset
+
+    @property
+    def bounds(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """``(start, stop)`` voxel coordinates of the domain (stop exclusive)."""
+        start = self.scale.voxel_offset
+        return start, tuple(s + n for s, n in zip(start, self.scale.size))  # type: ignore[return-value]
+
+    @property
+    def chunk_size(self) -> tuple[int, int, int]:
+        return self.scale.chunk_size
+
+    @property
+    def resolution(self) -> tuple[float, float, float]:
+        return self.scale.resolution
+
+    @property
+    def encoding(self) -> str:
+        return self.scale.encoding
+
+    @property
+    def sharding(self) -> ShardingSpec | None:
+        return self._spec
+
+    @property
+    def fill_value(self) -> Any:
+        return self._options["fill_value"]
+
+    def __repr__(self) -> str:
+        s = self.scale
+        return (f"Volume({self.url!r}, mip={self._mip}, shape={self.shape}, dtype={self.dtype}, "
+                f"encoding={s.encoding!r}, sharded={self._spec is not None})")
+
+    # ----------------------------------------------------------------- slicing
+    def _selection(self, key: Any, bounded: bool) -> tuple[AxisSelection, ...]:
+        g = self._array.grid
+        return normalize_selection(key, g.origin, g.shape, bounded=bounded)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self._array.read(self._selection(key, self._options["bounded"]))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        bounded = self._options["bounded"]
+        self._array.write(self._selection(key, bounded), value, bounded=bounded)
+
+    def read(self, key: Any = ...) -> np.ndarray:
+        """Same as ``vol[key]``."""
+        return self[key]
+
+    def write(self, key: Any, value: Any) -> None:
+        """Same as ``vol[key] = value``."""
+        self[key] = value
+
+    # ------------------------------------------------------------ chunk level
+    def _coords(self, region: Any) -> list[tuple[int, ...]]:
+        sel = self._selection(region, bounded=False)
+        return [p.coord for p in chunk_parts(sel, self._array.grid)]
+
+    def exists(self, region: Any = ...) -> dict[str, bool]:
+        """For every chunk overlapping ``region``, whether it is stored (keyed by chunk name)."""
+        coords = self._coords(region)
+        found = self._array.store.exists(coords)
+        return {chunk_key(self._array.grid, c): found[c] for c in coords}
+
+    def delete(self, region: Any = ...) -> None:
+        """Delete every chunk overlapping ``region`` (whole chunks, as CloudVolume does)."""
+        self._array.store.delete_chunks(self._coords(region))
+
+    # -------------------------------------------------------------- scales
+    def mip(self, mip: int | str | Sequence[float]) -> "Volume":
+        """The same volume at another scale (by index, key or resolution)."""
+        other = object.__new__(Volume)
+        other._kv, other._options, other._meta = self._kv, dict(self._options), self._meta
+        other._select(mip)
+        return other
+
+    def refresh(self) -> None:
+        """Re-read the info file (after another process added scales)."""
+        self._meta = read_info(self._kv)
+        self._select(self.scale.key)
+
+    def add_scale(
+        self,
+        resolution: Sequence[float],
+        size: Sequence[int],
+        voxel_offset: Sequence[int] = (0, 0, 0),
+        chunk_size: Sequence[int] | None = None,
+        encoding: str | None = None,
+        compressed_segmentation_block_size: Sequence[int] | None = None,
+        sharding: None | str | dict[str, Any] = None,
+        key: str | None = None,
+        jpeg_quality: int | None = None,
+        png_level: int | None = None,
+        overwrite: bool = False,
+    ) -> "Volume":
+        """Add a scale to the info file (atomically) and return a Volume on it.
+
+        Defaults (chunk size, encoding, block size, jpeg quality, png level) come
+        from this scale.
+        """
+        base = self.scale
+        encoding = (encoding or base.encoding).lower()
+        block = compressed_segmentation_block_size
+        if encoding == "compressed_segmentation" and block is None:
+            block = base.compressed_segmentation_block_size or (8, 8, 8)
+        scale = make_scale(
+            resolution=resolution, size=size, voxel_offset=voxel_offset,
+            chunk_size=chunk_size or base.chunk_size, encoding=encoding,
+            compressed_segmentation_block_size=block, sharding=sharding, key=key,
+            dtype=self.dtype, num_channels=self.num_channels,
+            jpeg_quality=jpeg_quality or base.extra.get("jpeg_quality"),
+            png_level=png_level if png_level is not None else base.extra.get("png_level"),
+        )
+        with self._kv.lock(INFO_KEY):
+            meta = read_info(self._kv)
+            existing = next((s for s in meta.scales if s.key == scale.key), None)
+            if existing is not None and existing != scale and not overwrite:
+                raise AlreadyExistsError(
+                    f"{self.url}: scale {scale.key!r} exists with other parameters; "
+                    "pass overwrite=True to replace it"
+                )
+            if existing is not None and overwrite:
+                _delete_prefix(self._kv, scale.key)
+            meta = meta.with_scale(scale)
+            VolumeInfo.from_dict(meta.to_dict())  # validate the combination
+            self._kv.set(INFO_KEY, meta.to_json().encode())
+        self._meta = meta
+        self._select(self.scale.key)
+        return self.mip(scale.key)
+
+    # ------------------------------------------------------------- creation
+    @classmethod
+    def create(
+        cls,
+        url: str | KVStore,
+        *,
+        size: Sequence[int],
+        type: str = "image",
+        data_type: str = "uint8",
+        num_channels: int = 1,
+        resolution: Sequence[float] = (1, 1, 1),
+        voxel_offset: Sequence[int] = (0, 0, 0),
+        chunk_size: Sequence[int] = (64, 64, 64),
+        encoding: str = "raw",
+        compressed_segmentation_block_size: Sequence[int] | None = None,
+        jpeg_quality: int | None = None,
+        png_level: int | None = None,
+        sharding: None | str | dict[str, Any] = None,
+        overwrite: bool = False,
+        **options: Any,
+    ) -> "Volume":
+        """Write a new info file with one scale and open it.
+
+        ``sharding``: None (unsharded), ``"auto"`` (see :func:`shardvol.sharding.auto_sharding`)
+        or a sharding spec dict.  With ``overwrite=True`` an existing volume at
+        ``url`` is replaced and its scales' data deleted.
+        """
+        kv = open_store(url)
+        if encoding.lower() == "compressed_segmentation" and compressed_segmentation_block_size is None:
+            compressed_segmentation_block_size = (8, 8, 8)
+        dtype = np.dtype(data_type)
+        scale = make_scale(
+            resolution=resolution, size=size, voxel_offset=voxel_offset, chunk_size=chunk_size,
+            encoding=encoding, compressed_segmentation_block_size=compressed_segmentation_block_size,
+            sharding=sharding, key=None, dtype=dtype, num_channels=num_channels,
+            jpeg_quality=jpeg_quality, png_level=png_level,
+        )
+        meta = VolumeInfo.from_dict({
+            "@type": "neuroglancer_multiscale_volume",
+            "type": type,
+            "data_type": data_type,
+            "num_channels": num_channels,
+            "scales": [scale.to_dict()],
+        })
+        with kv.lock(INFO_KEY):
+            old = kv.get(INFO_KEY)
+            if old is not None:
+                if not overwrite:
+                    raise AlreadyExistsError(
+                        f"{kv.url} already holds a volume (an info file); pass overwrite=True"
+                    )
+                try:
+                    old_keys = [s.key for s in VolumeInfo.from_json(old).scales]
+                except InfoError:
+                    old_keys = []
+                for k in {*old_keys, scale.key}:
+                    _delete_prefix(kv, k)
+            kv.set(INFO_KEY, meta.to_json().encode())
+        return cls(kv, 0, **options)
+
+
+def make_scale(
+    *,
+    resolution: Sequence[float],
+    size: Sequence[int],
+    voxel_offset: Sequence[int],
+    chunk_size: Sequence[int],
+    encoding: str,
+    compressed_segmentation_block_size: Sequence[int] | None,
+    sharding: None | str | dict[str, Any],
+    key: str | None,
+    dtype: np.dtype,
+    num_channels: int,
+    jpeg_quality: int | None = None,
+    png_level: int | None = None,
+) -> ScaleInfo:
+    """A validated ScaleInfo; ``sharding="auto"`` picks a spec for this geometry.
+
+    ``jpeg_quality`` / ``png_level`` are stored in the scale as TensorStore does.
+    """
+    res = [float(r) if not float(r).is_integer() else int(r) for r in resolution]
+    d: dict[str, Any] = {
+        "key": key or resolution_key(tuple(res)),  # type: ignore[arg-type]
+        "size": [int(v) for v in size],
+        "resolution": res,
+        "voxel_offset": [int(v) for v in voxel_offset],
+        "chunk_sizes": [[int(v) for v in chunk_size]],
+        "encoding": encoding,
+    }
+    if compressed_segmentation_block_size is not None:
+        d["compressed_segmentation_block_size"] = [int(v) for v in compressed_segmentation_block_size]
+    if encoding == "jpeg" and jpeg_quality is not None:
+        d["jpeg_quality"] = int(jpeg_quality)
+    if encoding == "png" and png_level is not None:
+        d["png_level"] = int(png_level)
+    scale = ScaleInfo.from_dict(d, f"scale {d['key']}")
+    if sharding == "auto":
+        spec = auto_sharding(
+            grid_size=scale.grid_size,
+            chunk_bytes=int(np.prod(scale.chunk_size)) * num_channels * np.dtype(dtype).itemsize,
+            encoding=scale.encoding,
+        )
+        d["sharding"] = spec.to_dict()
+    elif isinstance(sharding, dict):
+        d["sharding"] = ShardingSpec.from_dict(sharding).to_dict()
+    elif sharding is not None:
+        raise InfoError(f"sharding must be None, 'auto' or a spec dict, got {sharding!r}")
+    return ScaleInfo.from_dict(d, f"scale {d['key']}")
+
+
+def _delete_prefix(kv: KVStore, key: str) -> None:
+    prefix = posixpath.normpath(key.strip("/")) + "/"
+    for k in kv.list(prefix):
+        kv.delete(k)

@@ -1,0 +1,70 @@
+"""sharding="auto": shards are aligned blocks of chunks, and shard_shape says which."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardvol import Volume
+from shardvol.kernels import compressed_morton_code
+from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
+from shardvol.sharding.auto import shard_shape_in_chunks
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.tuples(*[st.integers(1, 40) for _ in range(3)]),
+    st.sampled_from([1, 4096, 262144, 2**21]),
+    st.sampled_from([2**16, 2**20, 2**24]),
+)
+def test_auto_shards_are_the_predicted_aligned_blocks(grid, chunk_bytes, target):
+    spec = auto_sharding(grid, chunk_bytes, "raw", target_shard_bytes=target)
+    assert spec.hash == "identity"
+    block = shard_shape_in_chunks(spec, grid)
+    assert block is not None
+    per_shard = 2 ** (spec.preshift_bits + spec.minishard_bits)
+    assert per_shard * chunk_bytes <= max(target, chunk_bytes)
+    coords = np.stack(np.unravel_index(np.arange(np.prod(grid)), grid), 1)
+    shards, _ = spec.shard_and_minishard(compressed_morton_code(coords, grid))
+    # every shard holds exactly the chunks of one aligned block
+    blocks = coords // np.array(block)
+    for s in np.unique(shards):
+        members = blocks[shards == s]
+        assert (members == members[0]).all()
+    assert len(np.unique(shards)) == len(np.unique(blocks, axis=0))
+
+
+def test_shard_shape_is_none_for_hashed_or_aliased_specs():
+    base = dict(preshift_bits=1, minishard_bits=2, shard_bits=4, minishard_index_encoding="raw",
+                data_encoding="raw")
+    hashed = ShardingSpec.from_dict({"@type": "neuroglancer_uint64_sharded_v1",
+                                     "hash": "murmurhash3_x86_128", **base})
+    assert shard_shape(hashed, (16, 16, 16), (64, 64, 64)) is None
+    aliased = ShardingSpec.from_dict({"@type": "neuroglancer_uint64_sharded_v1",
+                                      "hash": "identity", **base})
+    assert shard_shape(aliased, (64, 64, 64), (8, 8, 8)) is None  # 18 bits > 3 + 4
+    assert shard_shape(aliased, (8, 4, 4), (8, 8, 8)) == (16, 16, 16)  # bits x0 y0 z0
+
+
+def test_volume_auto_sharding_and_shard_aligned_writes(tmp_path):
+    vol = Volume.create(str(tmp_path), size=(256, 256, 64), chunk_size=(32, 32, 32),
+                        data_type="uint16", sharding="auto")
+    spec = vol.sharding
+    grid = vol.scale.grid_size
+    shape = shard_shape(spec, grid, vol.chunk_size)
+    assert shape is not None
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 1000, (256, 256, 64, 1)).astype(np.uint16)
+    vol[...] = data
+    files = sorted(p.name for p in (tmp_path / "1_1_1").iterdir())
+    expected = int(np.prod([-(-n // s) for n, s in zip((256, 256, 64), shape)]))
+    assert len(files) == expected and all(f.endswith(".shard") for f in files)
+    np.testing.assert_array_equal(vol[...], data)
+
+
+@pytest.mark.parametrize("encoding, data", [("jpeg", "raw"), ("raw", "gzip"),
+                                            ("compressed_segmentation", "gzip")])
+def test_auto_data_encoding(encoding, data):
+    assert auto_sharding((4, 4, 4), 1000, encoding).data_encoding == data

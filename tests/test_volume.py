@@ -1,0 +1,326 @@
+"""Volume against TensorStore, CloudVolume and a numpy model of the volume."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shardvol
+from shardvol import Volume
+from shardvol.errors import (
+    AlreadyExistsError,
+    ChunkDecodeError,
+    InfoError,
+    InvalidArgumentError,
+    MissingChunkError,
+    OutOfBoundsError,
+    ShardFormatError,
+)
+
+from .oracles import cv_read, data_path, ts_create, ts_open, ts_read
+
+# the data types TensorStore's precomputed driver supports (shardvol adds int64, float64)
+EXACT = {
+    "raw": ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32"],
+    "compressed_segmentation": ["uint32", "uint64"],
+    "png": ["uint8", "uint16"],
+}
+
+
+def sharding_specs():
+    return st.one_of(
+        st.none(),
+        st.just("auto"),
+        st.fixed_dictionaries({
+            "@type": st.just("neuroglancer_uint64_sharded_v1"),
+            "hash": st.sampled_from(["identity", "murmurhash3_x86_128"]),
+            "preshift_bits": st.integers(0, 2),
+            "minishard_bits": st.integers(0, 3),
+            "shard_bits": st.integers(0, 3),
+            "minishard_index_encoding": st.sampled_from(["raw", "gzip"]),
+            "data_encoding": st.sampled_from(["raw", "gzip"]),
+        }),
+    )
+
+
+@st.composite
+def volume_cases(draw, encodings=tuple(EXACT)):
+    encoding = draw(st.sampled_from(encodings))
+    dtype = draw(st.sampled_from(EXACT[encoding]))
+    channels = 1
+    if encoding == "raw":
+        channels = draw(st.integers(1, 3))
+    elif encoding == "png":
+        channels = draw(st.integers(1, 4))
+    size = [draw(st.integers(1, 40)) for _ in range(3)]
+    chunk = [draw(st.integers(1, 13)) for _ in range(3)]
+    offset = [draw(st.integers(-20, 20)) for _ in range(3)]
+    block = [draw(st.integers(1, 5)) for _ in range(3)]
+    return dict(
+        encoding=encoding, data_type=dtype, num_channels=channels, size=size,
+        chunk_size=chunk, voxel_offset=offset, sharding=draw(sharding_specs()),
+        compressed_segmentation_block_size=block if encoding == "compressed_segmentation" else None,
+        type="segmentation" if encoding == "compressed_segmentation" else "image",
+    )
+
+
+def random_values(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.normal(0, 100, shape).astype(dtype)
+    info = np.iinfo(dtype)
+    # a few distinct labels keeps compressed_segmentation tables interesting
+    palette = rng.integers(info.min, info.max, 6, dtype=dtype, endpoint=True)
+    return palette[rng.integers(0, 6, shape)]
+
+
+def random_region(rng, offset, size):
+    key, local = [], []
+    for o, n in zip(offset, size):
+        a = int(rng.integers(0, n))
+        b = int(rng.integers(a + 1, n + 1))
+        key.append(slice(o + a, o + b))
+        local.append(slice(a, b))
+    return tuple(key), tuple(local)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=volume_cases(), seed=st.integers(0, 2**32 - 1))
+def test_matches_tensorstore_both_ways(tmp_path_factory, case, seed):
+    path = str(tmp_path_factory.mktemp("vol"))
+    rng = np.random.default_rng(seed)
+    vol = Volume.create(path, resolution=(4, 4, 40), **case)
+    shape = vol.shape
+    model = np.zeros(shape, vol.dtype)
+    for _ in range(2):
+        key, local = random_region(rng, case["voxel_offset"], case["size"])
+        value = random_values(rng, model[local].shape, vol.dtype)
+        vol[key] = value
+        model[local] = value
+    np.testing.assert_array_equal(vol[...], model)
+    np.testing.assert_array_equal(ts_read(path), model)
+    key, local = random_region(rng, case["voxel_offset"], case["size"])
+    np.testing.assert_array_equal(vol[key], model[local])
+
+    # TensorStore writes an unaligned region; shardvol reads it back
+    store = ts_open(path)
+    key, local = random_region(rng, case["voxel_offset"], case["size"])
+    value = random_values(rng, model[local].shape, vol.dtype)
+    store[key].write(value).result()
+    model[local] = value
+    np.testing.assert_array_equal(Volume(path)[...], model)
+
+
+@pytest.mark.parametrize("sharding", [None, {
+    "@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128", "preshift_bits": 1,
+    "minishard_bits": 2, "shard_bits": 2, "minishard_index_encoding": "gzip",
+    "data_encoding": "gzip"}])
+@pytest.mark.parametrize("encoding, dtype", [("raw", "uint16"), ("compressed_segmentation", "uint64")])
+def test_cloudvolume_reads_shardvol(tmp_path, sharding, encoding, dtype):
+    rng = np.random.default_rng(1)
+    vol = Volume.create(str(tmp_path), size=(50, 37, 21), voxel_offset=(3, -4, 10),
+                        chunk_size=(16, 16, 8), data_type=dtype, encoding=encoding,
+                        type="segmentation" if encoding != "raw" else "image", sharding=sharding)
+    data = random_values(rng, vol.shape, dtype)
+    vol[...] = data
+    np.testing.assert_array_equal(cv_read(str(tmp_path)), data)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float64"])
+def test_wide_types_beyond_tensorstore_vs_cloudvolume(tmp_path, dtype):
+    rng = np.random.default_rng(5)
+    vol = Volume.create(str(tmp_path), size=(20, 9, 7), voxel_offset=(-3, 0, 2), chunk_size=(8, 4, 4),
+                        data_type=dtype, num_channels=2, sharding="auto")
+    data = random_values(rng, vol.shape, dtype)
+    vol[...] = data
+    np.testing.assert_array_equal(vol[...], data)
+    np.testing.assert_array_equal(cv_read(str(tmp_path)), data)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("sharded", [False, True])
+def test_jpeg_both_ways_within_tolerance(tmp_path, channels, sharded):
+    x, y, z = np.meshgrid(np.arange(40), np.arange(30), np.arange(20), indexing="ij")
+    smooth = np.stack([(x * 3 + y * 2 + z + 40 * c) % 256 for c in range(channels)], -1)
+    smooth = smooth.astype(np.uint8)
+    vol = Volume.create(str(tmp_path / "a"), size=(40, 30, 20), chunk_size=(16, 16, 8),
+                        num_channels=channels, encoding="jpeg", jpeg_quality=95,
+                        sharding="auto" if sharded else None)
+    assert vol.info["scales"][0]["jpeg_quality"] == 95  # stored in the scale, as TensorStore does
+    vol[...] = smooth
+    ours = vol[...]
+    theirs = ts_read(str(tmp_path / "a"))
+    np.testing.assert_array_equal(ours, theirs)  # same bytes, same libjpeg-turbo decode
+    assert np.abs(ours.astype(int) - smooth).mean() < 3
+
+    store = ts_create(str(tmp_path / "b"), data_type="uint8", num_channels=channels, size=[40, 30, 20],
+                      resolution=[1, 1, 1], encoding="jpeg", chunk_size=[16, 16, 8])
+    store[...].write(smooth).result()
+    assert np.abs(Volume(str(tmp_path / "b"))[...].astype(int) - smooth).mean() < 3
+
+
+def test_golden_raw_uint16_4ch():
+    vol = Volume(data_path("google__tensorstore__golden_raw_uint16_4ch"))
+    expected = np.load(data_path("google__tensorstore__golden_raw_uint16_4ch",
+                                "expected_x9-11_y7-11_z7-9_c0-3.npy"))
+    np.testing.assert_array_equal(vol[9:11, 7:11, 7:9, 0:3], expected)
+
+
+@pytest.mark.parametrize("bits", ["uint32", "uint64"])
+def test_golden_compressed_segmentation(bits):
+    folder = f"google__tensorstore__golden_cseg_{bits}"
+    vol = Volume(data_path(folder))
+    expected = np.load(data_path(folder, "expected_xyz_x0-3_y0-4_z0-3.npy"))
+    np.testing.assert_array_equal(vol[0:3, 0:4, 0:3, 0], expected)
+
+
+def test_golden_png_dataset():
+    folder = "scalableminds__webknossos-libs__simple_ng_dataset"
+    vol = Volume(data_path(folder, "color"))
+    expected = np.load(data_path(folder, "expected_cxyz_from_simple_zarr_dataset.npy"))
+    expected = expected.transpose(1, 2, 3, 0)
+    got = vol[tuple(slice(o, o + n) for o, n in zip(vol.voxel_offset, expected.shape[:3]))]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_reads_cloudvolume_gzip_chunks(tmp_path):
+    from cloudvolume import CloudVolume
+
+    info = CloudVolume.create_new_info(1, "image", "uint16", "raw", [4, 4, 40], [5, 0, 0],
+                                       [30, 20, 10], chunk_size=[16, 16, 8])
+    cv = CloudVolume(f"file://{tmp_path}", info=info, compress="gzip", progress=False)
+    cv.commit_info()
+    data = np.random.default_rng(2).integers(0, 60000, (30, 20, 10, 1)).astype(np.uint16)
+    cv[5:35, 0:20, 0:10] = data
+    files = os.listdir(tmp_path / "4_4_40")
+    assert files and all(f.endswith(".gz") for f in files)
+    np.testing.assert_array_equal(Volume(str(tmp_path))[...], data)
+
+
+def test_indexing_semantics(tmp_path):
+    vol = Volume.create(str(tmp_path), size=(20, 10, 6), voxel_offset=(100, -5, 0),
+                        chunk_size=(7, 3, 4), data_type="int32", num_channels=2)
+    model = np.arange(20 * 10 * 6 * 2, dtype=np.int32).reshape((20, 10, 6, 2), order="F")
+    vol[...] = model
+    assert vol[105, -5, 0].tolist() == model[5, 0, 0].tolist()
+    np.testing.assert_array_equal(vol[..., 1], model[..., 1])
+    np.testing.assert_array_equal(vol[100:120:3, :, -1], model[::3, :, -1])  # z from the end
+    np.testing.assert_array_equal(vol[119:99:-2, -3:2], model[19::-2, 2:7])  # y: plain coordinates
+    out = vol[100:110, -5:5, 0:6]
+    assert out.flags.f_contiguous and out.shape == (10, 10, 6, 2)
+    with pytest.raises(OutOfBoundsError):
+        vol[99:110]
+    with pytest.raises(OutOfBoundsError):
+        vol[100:121]
+    vol2 = Volume(str(tmp_path), bounded=False, fill_value=-7)
+    out = vol2[95:105, -5:-4, 0:1, 0]
+    assert out[:5].tolist() == [[[-7]]] * 5 and out[5:, 0, 0].tolist() == model[:5, 0, 0, 0].tolist()
+
+
+def test_fill_missing_and_scalar_broadcast(tmp_path):
+    vol = Volume.create(str(tmp_path), size=(10, 10, 10), chunk_size=(4, 4, 4), data_type="uint8")
+    assert (vol[...] == 0).all()
+    assert (Volume(str(tmp_path), fill_value=9)[...] == 9).all()
+    with pytest.raises(MissingChunkError, match="0-4_0-4_0-4"):
+        Volume(str(tmp_path), fill_missing=False)[0:2, 0:2, 0:2]
+    vol[2:9, 1:3, 5] = 200
+    out = vol[...]
+    assert out.sum() == 200 * 7 * 2 and (out[2:9, 1:3, 5] == 200).all()
+    assert sorted(k for k, v in vol.exists().items() if v) == [
+        "0-4_0-4_4-8", "4-8_0-4_4-8", "8-10_0-4_4-8"]
+    vol.delete(np.s_[0:1, 0:1, 4:5])
+    assert not vol.exists(np.s_[0:4, 0:4, 4:8])["0-4_0-4_4-8"]
+
+
+def test_write_errors_write_nothing(tmp_path):
+    vol = Volume.create(str(tmp_path), size=(10, 10, 10), chunk_size=(4, 4, 4), data_type="uint8")
+    with pytest.raises(InvalidArgumentError, match="float64"):
+        vol[...] = np.zeros((10, 10, 10, 1))
+    with pytest.raises(InvalidArgumentError, match="shape"):
+        vol[0:4, 0:4, 0:4] = np.zeros((4, 4, 5, 1), np.uint8)
+    with pytest.raises(OutOfBoundsError):
+        vol[0:11] = 1
+    assert not (tmp_path / "1_1_1").exists() or os.listdir(tmp_path / "1_1_1") == []
+
+
+def test_create_refuses_existing_and_overwrite_replaces(tmp_path):
+    Volume.create(str(tmp_path), size=(8, 8, 8), chunk_size=(4, 4, 4))[...] = 5
+    with pytest.raises(AlreadyExistsError):
+        Volume.create(str(tmp_path), size=(8, 8, 8))
+    vol = Volume.create(str(tmp_path), size=(8, 8, 8), chunk_size=(4, 4, 4), overwrite=True)
+    assert (vol[...] == 0).all()
+
+
+def test_multiscale_add_scale_and_select(tmp_path):
+    vol = Volume.create(str(tmp_path), size=(16, 16, 4), resolution=(8, 8, 40), chunk_size=(8, 8, 4))
+    low = vol.add_scale(resolution=(16, 16, 40), size=(8, 8, 4), sharding="auto")
+    low[...] = 3
+    assert [s.key for s in Volume(str(tmp_path)).mips] == ["8_8_40", "16_16_40"]
+    assert Volume(str(tmp_path), mip=(16, 16, 40)).shape == (8, 8, 4, 1)
+    assert (vol.mip(1)[...] == 3).all()
+    assert (ts_read(str(tmp_path), 1) == 3).all()
+    with pytest.raises(AlreadyExistsError):
+        vol.add_scale(resolution=(16, 16, 40), size=(9, 8, 4))
+    with pytest.raises(InfoError, match="mip 5"):
+        vol.mip(5)
+
+
+def test_corrupt_inputs_name_the_culprit(tmp_path):
+    vol = Volume.create(str(tmp_path / "u"), size=(8, 8, 8), chunk_size=(4, 4, 4), data_type="uint16")
+    vol[...] = 1
+    (tmp_path / "u" / "1_1_1" / "0-4_0-4_0-4").write_bytes(b"short")
+    with pytest.raises(ChunkDecodeError, match="0-4_0-4_0-4"):
+        Volume(str(tmp_path / "u"))[...]
+    assert (Volume(str(tmp_path / "u"))[4:8, 4:8, 4:8] == 1).all()  # other chunks still read
+
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+            "minishard_bits": 1, "shard_bits": 0, "minishard_index_encoding": "raw",
+            "data_encoding": "raw"}
+    vol = Volume.create(str(tmp_path / "s"), size=(8, 8, 8), chunk_size=(4, 4, 4), sharding=spec)
+    vol[...] = 1
+    shard = tmp_path / "s" / "1_1_1" / "0.shard"
+    shard.write_bytes(shard.read_bytes()[:40])
+    with pytest.raises(ShardFormatError, match="0.shard"):
+        Volume(str(tmp_path / "s"))[...]
+
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "info").write_text(json.dumps({"type": "image", "data_type": "uint8",
+                                                        "num_channels": 1, "scales": [{}]}))
+    with pytest.raises(InfoError, match=r"scales\[0\] is missing 'key'"):
+        Volume(str(tmp_path / "bad"))
+    with pytest.raises(InfoError, match="no 'info' file"):
+        Volume(str(tmp_path / "nothing"))
+
+
+def _write_region(path: str, x0: int, value: int, repeats: int) -> None:
+    vol = Volume(path)
+    for _ in range(repeats):
+        vol[x0 : x0 + 1, 0:4, 0:4] = value
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_concurrent_processes_on_one_unit_lose_nothing(tmp_path, sharded):
+    """Four processes each rewrite their own x-plane of the same chunk/shard."""
+    vol = Volume.create(str(tmp_path), size=(4, 4, 4), chunk_size=(4, 4, 4),
+                        sharding="auto" if sharded else None)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_region, args=(str(tmp_path), x, x + 1, 10)) for x in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    out = vol[...]
+    for x in range(4):
+        assert (out[x] == x + 1).all()
+    assert not any(f.startswith(".shardvol") for f in os.listdir(tmp_path / "1_1_1"))
+
+
+def test_public_api():
+    assert shardvol.Volume is Volume
