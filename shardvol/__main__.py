@@ -1,0 +1,5 @@
+"""``python -m shardvol``: the ``shardvol`` command."""
+
+from shardvol.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""Pieces shared by the subcommands: common options, usage errors, progress bars."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+T = TypeVar("T")
+
+# --quiet / --debug are accepted before or after the subcommand; SUPPRESS keeps a
+# subcommand's default from overwriting a value given before it.
+COMMON = argparse.ArgumentParser(add_help=False)
+COMMON.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                    help="no progress bars or informational messages")
+COMMON.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                    help="show the traceback of an error")
+
+
+class UsageError(Exception):
+    """Arguments that parse but do not make sense together (exit code 2)."""
+
+
+def command(subparsers: Any, name: str, run: Callable[[argparse.Namespace], int | None],
+            help: str, description: str | None = None) -> argparse.ArgumentParser:
+    """Add subcommand ``name`` whose ``run(args)`` returns the exit code (None = 0)."""
+    parser = subparsers.add_parser(
+        name, help=help, description=description or help, parents=[COMMON],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(run=run, parser=parser)
+    return parser
+
+
+def progress(items: Iterable[T], quiet: bool, **kwargs: Any) -> Iterator[T]:
+    """``items`` with a tqdm progress bar on stderr unless ``quiet``."""
+    return iter(tqdm(items, disable=quiet, file=sys.stderr, dynamic_ncols=True, **kwargs))
+
+
+def info(args: argparse.Namespace, message: str) -> None:
+    """An informational message on stderr (silenced by --quiet)."""
+    if not args.quiet:
+        print(message, file=sys.stderr)
+
+
+def sharding_arg(value: str) -> None | str | dict[str, Any]:
+    """``--sharding`` value: ``auto``, ``none`` or a JSON sharding spec."""
+    if value.lower() in ("auto", "none"):
+        return None if value.lower() == "none" else "auto"
+    try:
+        spec = json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected auto, none or a JSON sharding spec, got {value!r}") from None
+    if not isinstance(spec, dict):
+        raise argparse.ArgumentTypeError(f"a sharding spec must be a JSON object, got {value!r}")
+    return spec
+
+
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

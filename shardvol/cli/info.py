@@ -1,0 +1,201 @@
+"""``shardvol info URL``: what a volume is and what is stored of it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from shardvol.cli.common import command, human_bytes
+from shardvol.errors import InfoError, StoreError
+from shardvol.kvstore import KVStore, PrefixStore, open_store
+from shardvol.sharding import ShardingSpec, shard_shape
+from shardvol.volume import INFO_KEY, read_info
+from shardvol.zarr3 import ZARR_JSON, ArrayMetadata
+
+SHARD_SUFFIX = ".shard"
+
+
+def register(subparsers: Any) -> None:
+    p = command(subparsers, "info", run, help="describe a volume: format, scales, sharding, files",
+                description=__doc__)
+    p.add_argument("url", help="volume path or URL (file, http(s), gs, s3, memory)")
+    p.add_argument("--json", action="store_true", help="print the description as JSON")
+    p.add_argument("--no-count", dest="count", action="store_false",
+                   help="do not list the stored files (listing can be slow on big volumes)")
+
+
+def run(args: argparse.Namespace) -> int:
+    desc = describe(args.url, count=args.count)
+    print(json.dumps(desc, indent=2) if args.json else render(desc))
+    return 0
+
+
+# ------------------------------------------------------------------ describe
+def describe(url: str, count: bool = True) -> dict[str, Any]:
+    """A JSON-able description of the precomputed volume or Zarr v3 array at ``url``."""
+    kv = open_store(url)
+    if kv.exists(INFO_KEY):
+        return _describe_precomputed(kv, count)
+    raw = kv.get(ZARR_JSON)
+    if raw is not None:
+        return _describe_zarr3(kv, raw, count)
+    raise InfoError(f"no volume at {kv.url}: neither an 'info' nor a 'zarr.json' file")
+
+
+def _count_files(kv: KVStore) -> dict[str, int] | None:
+    """Number and total size of the files below ``kv`` (None if the store cannot list)."""
+    try:
+        keys = kv.list()
+        sizes = [kv.size(k) or 0 for k in keys]
+    except (StoreError, OSError, NotImplementedError):
+        return None
+    return {"count": len(keys), "bytes": sum(sizes),
+            "shards": sum(k.endswith(SHARD_SUFFIX) for k in keys)}
+
+
+def _describe_precomputed(kv: KVStore, count: bool) -> dict[str, Any]:
+    meta = read_info(kv)
+    scales = []
+    for scale in meta.scales:
+        grid = scale.grid_size
+        d: dict[str, Any] = {
+            "key": scale.key,
+            "size": list(scale.size),
+            "voxel_offset": list(scale.voxel_offset),
+            "resolution": list(scale.resolution),
+            "chunk_size": list(scale.chunk_size),
+            "grid_size": list(grid),
+            "chunks": math.prod(grid),
+            "encoding": scale.encoding,
+        }
+        if scale.compressed_segmentation_block_size is not None:
+            d["compressed_segmentation_block_size"] = list(scale.compressed_segmentation_block_size)
+        for name in ("jpeg_quality", "png_level"):
+            if name in scale.extra:
+                d[name] = scale.extra[name]
+        d["sharding"] = scale.sharding
+        if scale.sharding is not None:
+            shape = shard_shape(ShardingSpec.from_dict(scale.sharding), grid, scale.chunk_size)
+            d["shard_shape"] = list(shape) if shape else None
+            if shape:
+                d["shards"] = math.prod(-(-s // n) for s, n in zip(scale.size, shape))
+        if count:
+            d["stored"] = _count_files(PrefixStore(kv, scale.key.strip("/")))
+        scales.append(d)
+    return {
+        "url": kv.url,
+        "format": "neuroglancer_precomputed",
+        "type": meta.type,
+        "data_type": meta.data_type,
+        "num_channels": meta.num_channels,
+        "scales": scales,
+    }
+
+
+def _describe_zarr3(kv: KVStore, raw: bytes, count: bool) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None  # ArrayMetadata.from_json names the problem
+    if isinstance(doc, dict) and doc.get("node_type") == "group":
+        return {"url": kv.url, "format": "zarr3", "node_type": "group",
+                "attributes": sorted(doc.get("attributes", {}))}
+    meta = ArrayMetadata.from_json(raw, f"{kv.url}/{ZARR_JSON}")
+    d: dict[str, Any] = {
+        "url": kv.url,
+        "format": "zarr3",
+        "node_type": "array",
+        "shape": list(meta.shape),
+        "data_type": meta.data_type,
+        "dimension_names": list(meta.dimension_names) if meta.dimension_names else None,
+        "chunk_shape": list(meta.chunk_shape),
+        "sharded": meta.sharding is not None,
+        "inner_chunk_shape": list(meta.inner_chunk_shape),
+        "grid_shape": list(meta.grid_shape),
+        "fill_value": meta.to_json()["fill_value"],
+        "codecs": meta.to_json()["codecs"],
+    }
+    if count:
+        stored = _count_files(kv)
+        if stored is not None:
+            stored = {"count": stored["count"] - 1, "bytes": stored["bytes"] - len(raw)}
+        d["stored"] = stored
+    return d
+
+
+# -------------------------------------------------------------------- render
+def _xyz(v: list[Any] | None) -> str:
+    return "x".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v) if v else "-"
+
+
+def _stored(d: dict[str, Any], sharded: bool) -> str:
+    stored = d.get("stored", "not counted")
+    if stored is None:
+        return "unknown (the store cannot list files)"
+    if isinstance(stored, str):
+        return stored
+    if sharded:
+        total = d.get("shards")
+        of = f" of {total}" if total is not None else ""
+        return f"{stored['shards']}{of} shard files, {human_bytes(stored['bytes'])}"
+    return f"{stored['count']} of {d['chunks']} chunk files, {human_bytes(stored['bytes'])}"
+
+
+def render(desc: dict[str, Any]) -> str:
+    """The description as text for a terminal."""
+    if desc["format"] == "zarr3":
+        return _render_zarr3(desc)
+    lines = [
+        f"{desc['url']}",
+        f"  format:   neuroglancer precomputed ({len(desc['scales'])} scales)",
+        f"  type:     {desc['type']}",
+        f"  dtype:    {desc['data_type']}",
+        f"  channels: {desc['num_channels']}",
+    ]
+    for i, s in enumerate(desc["scales"]):
+        enc = s["encoding"]
+        if "compressed_segmentation_block_size" in s:
+            enc += f" (blocks {_xyz(s['compressed_segmentation_block_size'])})"
+        if "jpeg_quality" in s:
+            enc += f" (quality {s['jpeg_quality']})"
+        lines += [
+            f"  scale {i}: {s['key']}",
+            f"    size:        {_xyz(s['size'])} voxels at offset {_xyz(s['voxel_offset'])}",
+            f"    resolution:  {_xyz(s['resolution'])}",
+            f"    chunk size:  {_xyz(s['chunk_size'])} (grid {_xyz(s['grid_size'])}, "
+            f"{s['chunks']} chunks)",
+            f"    encoding:    {enc}",
+        ]
+        if s["sharding"] is None:
+            lines.append("    sharding:    none")
+        else:
+            shape = s.get("shard_shape")
+            where = (f"{_xyz(shape)} voxels per shard" if shape
+                     else "shards are not spatial blocks (hashed or partial Morton bits)")
+            lines += [f"    sharding:    {json.dumps(s['sharding'], separators=(',', ':'))}",
+                      f"    shard shape: {where}"]
+        lines.append(f"    stored:      {_stored(s, s['sharding'] is not None)}")
+    return "\n".join(lines)
+
+
+def _render_zarr3(d: dict[str, Any]) -> str:
+    if d["node_type"] == "group":
+        return f"{d['url']}\n  format:   zarr v3 group (attributes: {', '.join(d['attributes'])})"
+    names = f" ({', '.join(str(n) for n in d['dimension_names'])})" if d["dimension_names"] else ""
+    lines = [
+        f"{d['url']}",
+        "  format:      zarr v3 array",
+        f"  shape:       {_xyz(d['shape'])}{names}",
+        f"  dtype:       {d['data_type']} (fill value {d['fill_value']})",
+        f"  chunk shape: {_xyz(d['chunk_shape'])} (grid {_xyz(d['grid_shape'])})",
+    ]
+    if d["sharded"]:
+        lines.append(f"  sharded:     inner chunks {_xyz(d['inner_chunk_shape'])}")
+    lines.append(f"  codecs:      {json.dumps(d['codecs'], separators=(',', ':'))}")
+    stored = d.get("stored", "not counted")
+    if isinstance(stored, dict):
+        stored = f"{stored['count']} files, {human_bytes(stored['bytes'])}"
+    lines.append(f"  stored:      {stored if stored is not None else 'unknown'}")
+    return "\n".join(lines)

@@ -1,0 +1,333 @@
+"""shardvol's HTTP server: ranges, HEAD, CORS, .gz files, traversal, concurrency, real clients.
+
+Every test talks to a real server on 127.0.0.1 with http.client (a standard client),
+raw sockets (for request targets a client would normalise) and shardvol's own HTTP store
+(fsspec + aiohttp).
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import os
+import socket
+import threading
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from shardvol import Volume
+from shardvol.serve import VolumeServer, find_volumes, parse_range, resolve, source_url
+
+SECRET = b"top secret: outside the served tree"
+SIZE = 10_000
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    base = tmp_path_factory.mktemp("serve")
+    root, outside = base / "root", base / "outside"
+    (root / "vol" / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(SECRET)
+    payload = np.random.default_rng(0).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
+    (root / "vol" / "info").write_text(json.dumps({"hello": "world"}))
+    (root / "vol" / "data.bin").write_bytes(payload)
+    (root / "vol" / "chunk.gz").write_bytes(gzip.compress(payload[:3000]))
+    (root / "vol" / "empty").write_bytes(b"")
+    (root / "vol" / "sub" / "a b%.bin").write_bytes(b"spaces")
+    os.symlink(root / "vol" / "data.bin", root / "vol" / "link_in")
+    os.symlink(outside / "secret.txt", root / "vol" / "link_out")
+    os.symlink(outside, root / "vol" / "dir_out")
+    return root, payload
+
+
+@pytest.fixture(scope="module")
+def server(tree):
+    accesses = []
+    srv = VolumeServer(str(tree[0]), port=0, on_request=accesses.append)
+    srv.start()
+    srv.accesses = accesses
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def request(server, method, path, headers=None):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def raw_request(server, target: bytes) -> tuple[int, bytes]:
+    """Send a request line exactly as given (no client-side normalisation)."""
+    with socket.create_connection(server.server_address[:2], timeout=10) as s:
+        s.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, data.split(b"\r\n\r\n", 1)[1]
+
+
+def assert_cors(headers):
+    assert headers["access-control-allow-origin"] == "*"
+    exposed = {h.strip().lower() for h in headers["access-control-expose-headers"].split(",")}
+    assert {"content-range", "content-length", "accept-ranges", "content-encoding"} <= exposed
+
+
+# ------------------------------------------------------------------ ranges
+def test_whole_file(server, tree):
+    status, headers, body = request(server, "GET", "/vol/data.bin")
+    assert status == 200 and body == tree[1]
+    assert headers["content-length"] == str(SIZE)
+    assert headers["accept-ranges"] == "bytes"
+    assert "content-range" not in headers
+    assert_cors(headers)
+    status, headers, body = request(server, "GET", "/vol/info")
+    assert json.loads(body) == {"hello": "world"} and headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("header, start, stop", [
+    ("bytes=0-99", 0, 100),
+    ("bytes=100-", 100, SIZE),
+    ("bytes=-50", SIZE - 50, SIZE),
+    ("bytes=9990-20000", 9990, SIZE),  # clipped at the end
+    ("bytes=-20000", 0, SIZE),          # suffix longer than the file
+    ("bytes=4242-4242", 4242, 4243),
+])
+def test_range(server, tree, header, start, stop):
+    status, headers, body = request(server, "GET", "/vol/data.bin", {"Range": header})
+    assert status == 206
+    assert body == tree[1][start:stop]
+    assert headers["content-length"] == str(stop - start)
+    assert headers["content-range"] == f"bytes {start}-{stop - 1}/{SIZE}"
+    assert_cors(headers)
+
+
+@pytest.mark.parametrize("header", ["bytes=10000-", "bytes=20000-30000", "bytes=-0"])
+def test_unsatisfiable_range(server, header):
+    status, headers, body = request(server, "GET", "/vol/data.bin", {"Range": header})
+    assert status == 416 and body == b""
+    assert headers["content-range"] == f"bytes */{SIZE}"
+    assert_cors(headers)
+    status, headers, _ = request(server, "GET", "/vol/empty", {"Range": "bytes=0-0"})
+    assert status == 416 and headers["content-range"] == "bytes */0"
+
+
+@pytest.mark.parametrize("header", ["bytes=5-2", "bytes=0-1,5-6", "items=0-5", "bytes=x-"])
+def test_ignored_range_serves_whole_file(server, tree, header):
+    """Malformed or multi-range headers may be ignored (RFC 9110 14.2): the whole file, 200."""
+    status, headers, body = request(server, "GET", "/vol/data.bin", {"Range": header})
+    assert status == 200 and body == tree[1] and headers["content-length"] == str(SIZE)
+
+
+def test_parse_range_unit():
+    assert parse_range("bytes=0-0", 1) == (0, 1)
+    assert parse_range("bytes=1-", 1) is False
+    assert parse_range("bytes=-1", 0) is False
+    assert parse_range("bytes=-", 10) is None
+
+
+def test_head(server):
+    for headers_in, status_want, length in [({}, 200, SIZE), ({"Range": "bytes=10-19"}, 206, 10)]:
+        status, headers, body = request(server, "HEAD", "/vol/data.bin", headers_in)
+        assert status == status_want and body == b""
+        assert headers["content-length"] == str(length)
+        assert_cors(headers)
+    status, headers, body = request(server, "HEAD", "/vol/missing")
+    assert status == 404 and body == b""
+
+
+def test_cors_preflight(server):
+    status, headers, body = request(server, "OPTIONS", "/vol/data.bin", {
+        "Origin": "http://example.org",
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Headers": "range",
+    })
+    assert status == 204 and body == b""
+    assert headers["access-control-allow-origin"] == "*"
+    assert "GET" in headers["access-control-allow-methods"]
+    assert "range" in headers["access-control-allow-headers"].lower()
+    status, headers, _ = request(server, "OPTIONS", "/vol/data.bin")
+    assert status == 204 and "range" in headers["access-control-allow-headers"].lower()
+
+
+def test_not_found_has_cors(server):
+    """A browser must see a 404 (a missing chunk), not a CORS failure."""
+    status, headers, _ = request(server, "GET", "/vol/nothing-here")
+    assert status == 404
+    assert_cors(headers)
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+def test_read_only(server, tree, method):
+    status, headers, _ = request(server, method, "/vol/data.bin")
+    assert status == 405 and "GET" in headers["allow"]
+    assert (tree[0] / "vol" / "data.bin").read_bytes() == tree[1]
+
+
+# ---------------------------------------------------------------- gzip
+def test_gz_served_under_plain_name(server, tree):
+    plain = tree[1][:3000]
+    status, headers, body = request(server, "GET", "/vol/chunk", {"Accept-Encoding": "gzip"})
+    assert status == 200 and headers["content-encoding"] == "gzip"
+    assert headers["content-length"] == str(len(body)) and gzip.decompress(body) == plain
+    # a client that does not accept gzip gets the decompressed bytes
+    status, headers, body = request(server, "GET", "/vol/chunk", {"Accept-Encoding": "identity"})
+    assert status == 200 and "content-encoding" not in headers and body == plain
+    # urllib sends no Accept-Encoding
+    with urllib.request.urlopen(f"{server.base_url}/vol/chunk") as resp:
+        assert resp.read() == plain
+    # ranges address the decompressed bytes
+    status, headers, body = request(server, "GET", "/vol/chunk",
+                                    {"Range": "bytes=100-199", "Accept-Encoding": "gzip"})
+    assert status == 206 and body == plain[100:200] and "content-encoding" not in headers
+    assert headers["content-range"] == "bytes 100-199/3000"
+    # the .gz file itself is an ordinary file
+    status, headers, body = request(server, "GET", "/vol/chunk.gz", {"Accept-Encoding": "gzip"})
+    assert status == 200 and "content-encoding" not in headers
+    assert body == (tree[0] / "vol" / "chunk.gz").read_bytes()
+
+
+# ------------------------------------------------------------- traversal
+TRAVERSALS = [
+    b"/../outside/secret.txt",
+    b"/vol/../../outside/secret.txt",
+    b"/%2e%2e/outside/secret.txt",
+    b"/%2E%2E/outside/secret.txt",
+    b"/vol/%2e%2e/%2e%2e/outside/secret.txt",
+    b"/..%2foutside%2fsecret.txt",
+    b"/%2e%2e%2foutside%2fsecret.txt",
+    b"/vol%2f..%2f..%2foutside%2fsecret.txt",
+    b"/..%5coutside%5csecret.txt",
+    b"/..\\outside\\secret.txt",
+    b"/%252e%252e/outside/secret.txt",
+    b"/vol/link_out",
+    b"/vol/dir_out/secret.txt",
+    b"/vol/./../../outside/secret.txt",
+    b"http://x/../outside/secret.txt",
+    b"//../outside/secret.txt",
+    b"/vol/data.bin%00",
+    b"/%ff%fe",
+]
+
+
+@pytest.mark.parametrize("target", TRAVERSALS)
+def test_no_traversal(server, tree, target):
+    status, body = raw_request(server, target)
+    assert status in (403, 404)
+    assert SECRET not in body
+
+
+def test_absolute_paths_stay_inside(server, tmp_path):
+    """``/etc/passwd`` names ROOT/etc/passwd, never the system file."""
+    assert raw_request(server, b"/etc/passwd")[0] == 404
+    assert raw_request(server, os.fsencode(tmp_path) + b"/x")[0] == 404
+
+
+def test_resolve_unit(tree):
+    root = os.path.realpath(tree[0])
+    assert resolve(root, "/vol/link_in") == os.path.join(root, "vol", "data.bin")
+    assert resolve(root, "/vol/sub/a%20b%25.bin?x=1#y") == os.path.join(root, "vol", "sub", "a b%.bin")
+    assert resolve(root, "/vol") is None  # directories are not served
+    assert resolve(root, "/") is None
+
+
+def test_symlink_inside_and_encoded_names(server, tree):
+    assert request(server, "GET", "/vol/link_in")[2] == tree[1]
+    assert request(server, "GET", "/vol/sub/a%20b%25.bin")[2] == b"spaces"
+
+
+# ----------------------------------------------------------- concurrency
+def test_many_concurrent_clients(server, tree):
+    payload = tree[1]
+    rng = np.random.default_rng(1)
+    jobs = [sorted(rng.integers(0, SIZE, 2).tolist()) for _ in range(400)]
+    host, port = server.server_address[:2]
+    local = threading.local()
+    conns = []
+
+    def fetch(job):
+        start, stop = job
+        if not hasattr(local, "conn"):  # one keep-alive connection per client thread
+            local.conn = http.client.HTTPConnection(host, port, timeout=30)
+            conns.append(local.conn)
+        local.conn.request("GET", "/vol/data.bin", headers={"Range": f"bytes={start}-{stop}"})
+        resp = local.conn.getresponse()
+        return resp.status, resp.read() == payload[start:stop + 1]
+
+    with ThreadPoolExecutor(40) as pool:
+        results = list(pool.map(fetch, jobs))
+    for conn in conns:
+        conn.close()
+    assert len(conns) > 1
+    assert all(r == (206, True) for r in results)
+
+
+def test_keep_alive_survives_errors(server, tree):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    for path, want in [("/vol/missing", 404), ("/vol/data.bin", 200), ("/vol/missing", 404),
+                       ("/vol/info", 200)]:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == want
+    conn.close()
+
+
+def test_access_records(server):
+    before = len(server.accesses)
+    request(server, "GET", "/vol/data.bin", {"Range": "bytes=0-9"})
+    a = server.accesses[before]
+    assert (a.method, a.path, a.range, a.status, a.length) == (
+        "GET", "/vol/data.bin", "bytes=0-9", 206, 10)
+
+
+# ------------------------------------------------- shardvol's HTTP store
+@pytest.mark.parametrize("sharding", [None, "auto", {
+    "@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
+    "preshift_bits": 0, "minishard_bits": 2, "shard_bits": 2,
+    "minishard_index_encoding": "gzip", "data_encoding": "gzip"}])
+def test_shardvol_reads_through_server(tmp_path, sharding):
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 5, (70, 50, 20, 1)).astype(np.uint64)
+    vol = Volume.create(str(tmp_path / "seg"), size=(70, 50, 20), type="segmentation",
+                        data_type="uint64", chunk_size=(16, 16, 8), voxel_offset=(3, -4, 5),
+                        encoding="compressed_segmentation", sharding=sharding)
+    vol[...] = data
+    if sharding is None:  # store every chunk the way CloudVolume's gzip option does: NAME.gz
+        for path in (tmp_path / "seg").glob("*/*"):
+            path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+            path.unlink()
+    with VolumeServer(str(tmp_path), port=0) as srv:
+        srv.start()
+        try:
+            remote = Volume(f"{srv.base_url}/seg")
+            np.testing.assert_array_equal(remote[...], data)
+            np.testing.assert_array_equal(remote[10:40, -4:7, 9:25], vol[10:40, -4:7, 9:25])
+        finally:
+            srv.shutdown()
+
+
+# ------------------------------------------------------------ discovery
+def test_find_volumes(tmp_path):
+    for rel in ["a/info", "a/4_4_40/info", "b/c/info", "z/zarr.json", "g/h/i/j/info.gz",
+                "too/deep/x/y/z/info", ".hidden/info", "plain/file.txt"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    found = sorted(find_volumes(str(tmp_path)))
+    assert found == [("precomputed", "a"), ("precomputed", os.path.join("b", "c")),
+                     ("precomputed", os.path.join("g", "h", "i", "j")), ("zarr3", "z")]
+    assert source_url("http://127.0.0.1:9", "precomputed", "b/c d") == \
+        "precomputed://http://127.0.0.1:9/b/c%20d"
+    assert source_url("http://h:1", "precomputed", "") == "precomputed://http://h:1"
