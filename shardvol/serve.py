@@ -40,7 +40,7 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 _CORS = (
     ("Access-Control-Allow-Origin", "*"),
     ("Access-Control-Expose-Headers",
-     "Content-Range, Content-Length, Content-Encoding, Accept-Ranges, ETag"),
+     "Content-Range, Content-Length, Content-Encoding, Accept-Ranges"),
 )
 _ALLOWED = "GET, HEAD, OPTIONS"
 _PREFLIGHT_MAX_AGE = "86400"
@@ -53,6 +53,7 @@ _MAX_SCAN_DEPTH = 4
 class Access:
     """One answered request, as passed to the server's ``on_request`` callback."""
 
+    client: str
     method: str
     path: str
     range: str | None
@@ -117,7 +118,7 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "shardvol-serve"
     timeout = 120  # seconds an idle keep-alive connection may hold its thread
-    server: "VolumeServer"
+    server: VolumeServer
 
     # ---------------------------------------------------------------- plumbing
     def end_headers(self) -> None:
@@ -125,27 +126,29 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         super().end_headers()
 
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        status = int(code) if str(code).isdigit() else 0
-        length = int(size) if str(size).isdigit() else 0
-        path = getattr(self, "path", "")
-        rng = self.headers.get("Range") if getattr(self, "headers", None) else None
-        self.server.record(Access(self.command or "-", path, rng, status, length))
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         self.server.log(f"{self.address_string()} {format % args}")
+
+    def _end_headers_logged(self, status: int, length: int) -> None:
+        """Record the request, then send the headers (so a client that has the response
+        finds it in the log).  Also called for malformed requests (no command/headers)."""
+        headers = getattr(self, "headers", None)
+        self.server.record(Access(
+            self.address_string(), self.command or "-", getattr(self, "path", ""),
+            headers.get("Range") if headers else None, int(status), length,
+        ))
+        self.end_headers()
 
     def _send_empty(self, status: int, headers: tuple[tuple[str, str], ...] = ()) -> None:
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)
         self.send_header("Content-Length", "0")
-        self.end_headers()
-        self.log_request(status, 0)
+        self._end_headers_logged(status, 0)
 
     def send_response(self, code: int, message: str | None = None) -> None:
-        # The standard handler logs in send_response before the length is known; log in
-        # _send_body / _send_empty / send_error instead.
+        # The standard handler logs here, before the length is known: _end_headers_logged
+        # logs instead.
         self.send_response_only(code, message)
         self.send_header("Server", self.version_string())
         self.send_header("Date", self.date_time_string())
@@ -159,13 +162,12 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
                     HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE):
             self.send_header("Connection", "close")
             self.close_connection = True
-        self.end_headers()
+        self._end_headers_logged(code, len(body))
         if self.command != "HEAD" and code >= 200 and code not in (204, 304):
             self.wfile.write(body)
-        self.log_request(code, len(body))
 
     # ----------------------------------------------------------------- methods
-    def do_OPTIONS(self) -> None:  # noqa: N802
+    def do_OPTIONS(self) -> None:
         requested = self.headers.get("Access-Control-Request-Headers")
         self._send_empty(HTTPStatus.NO_CONTENT, (
             ("Allow", _ALLOWED),
@@ -174,19 +176,19 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
             ("Access-Control-Max-Age", _PREFLIGHT_MAX_AGE),
         ))
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._serve(body=True)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._serve(body=False)
 
     def _not_allowed(self) -> None:
         self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
         self.send_header("Allow", _ALLOWED)
         self.send_header("Content-Length", "0")
-        self.end_headers()
-        self.log_request(HTTPStatus.METHOD_NOT_ALLOWED, 0)
-        self.close_connection = True  # any request body is left unread
+        self.send_header("Connection", "close")  # any request body is left unread
+        self.close_connection = True
+        self._end_headers_logged(HTTPStatus.METHOD_NOT_ALLOWED, 0)
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_TRACE = do_CONNECT = _not_allowed
 
@@ -204,15 +206,14 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
             self.send_error(HTTPStatus.NOT_FOUND)
             return
         try:
-            f: BinaryIO = open(path, "rb")
-        except OSError:
+            with open(path, "rb") as f:
+                if encoded:
+                    self._serve_gz(f, body)
+                else:
+                    self._send_file(f, os.fstat(f.fileno()).st_size, body,
+                                    self._content_type(path))
+        except FileNotFoundError:  # removed since resolve() saw it
             self.send_error(HTTPStatus.NOT_FOUND)
-            return
-        with f:
-            if encoded:
-                self._serve_gz(f, body)
-            else:
-                self._send_file(f, os.fstat(f.fileno()).st_size, body, self._content_type(path))
 
     def _gz_sibling(self) -> str | None:
         """The real path of ``PATH.gz`` for a request of ``PATH`` (which does not exist)."""
@@ -268,10 +269,9 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
         for name, value in extra:
             self.send_header(name, value)
-        self.end_headers()
+        self._end_headers_logged(status, stop - start)
         if body and stop > start:
             self._copy(f, start, stop - start)
-        self.log_request(status, stop - start)
 
     def _copy(self, f: BinaryIO, offset: int, count: int) -> None:
         self.wfile.flush()
@@ -303,18 +303,20 @@ class VolumeServer(ThreadingHTTPServer):
         if not os.path.isdir(self.root):
             raise NotADirectoryError(f"shardvol serve: {root!r} is not a directory")
         self._log = log
+        self._log_lock = threading.Lock()  # handler threads must not interleave lines
         self._on_request = on_request
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), VolumeRequestHandler)
 
     def log(self, line: str) -> None:
         if self._log is not None:
-            self._log(line)
+            with self._log_lock:
+                self._log(line)
 
     def record(self, access: Access) -> None:
         if self._on_request is not None:
             self._on_request(access)
-        self.log(f'"{access.method} {access.path}"'
+        self.log(f'{access.client} "{access.method} {access.path}"'
                  f'{" Range=" + access.range if access.range else ""} '
                  f"{access.status} {access.length}")
 

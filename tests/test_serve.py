@@ -289,8 +289,8 @@ def test_access_records(server):
     before = len(server.accesses)
     request(server, "GET", "/vol/data.bin", {"Range": "bytes=0-9"})
     a = server.accesses[before]
-    assert (a.method, a.path, a.range, a.status, a.length) == (
-        "GET", "/vol/data.bin", "bytes=0-9", 206, 10)
+    assert (a.client, a.method, a.path, a.range, a.status, a.length) == (
+        "127.0.0.1", "GET", "/vol/data.bin", "bytes=0-9", 206, 10)
 
 
 # ------------------------------------------------- shardvol's HTTP store

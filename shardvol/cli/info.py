@@ -9,12 +9,13 @@ from typing import Any
 
 from shardvol.cli.common import command, human_bytes
 from shardvol.errors import InfoError, StoreError
-from shardvol.kvstore import KVStore, PrefixStore, open_store
+from shardvol.kvstore import KVStore, PrefixStore, open_store, url_scheme
 from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.volume import INFO_KEY, read_info
 from shardvol.zarr3 import ZARR_JSON, ArrayMetadata
 
 SHARD_SUFFIX = ".shard"
+UNLISTABLE = ("http", "https")  # plain HTTP servers cannot list a directory
 
 
 def register(subparsers: Any) -> None:
@@ -46,6 +47,8 @@ def describe(url: str, count: bool = True) -> dict[str, Any]:
 
 def _count_files(kv: KVStore) -> dict[str, int] | None:
     """Number and total size of the files below ``kv`` (None if the store cannot list)."""
+    if url_scheme(kv.url) in UNLISTABLE:
+        return None
     try:
         keys = kv.list()
         sizes = [kv.size(k) or 0 for k in keys]
@@ -164,8 +167,8 @@ def render(desc: dict[str, Any]) -> str:
             f"  scale {i}: {s['key']}",
             f"    size:        {_xyz(s['size'])} voxels at offset {_xyz(s['voxel_offset'])}",
             f"    resolution:  {_xyz(s['resolution'])}",
-            f"    chunk size:  {_xyz(s['chunk_size'])} (grid {_xyz(s['grid_size'])}, "
-            f"{s['chunks']} chunks)",
+            (f"    chunk size:  {_xyz(s['chunk_size'])} (grid {_xyz(s['grid_size'])}, "
+             f"{s['chunks']} chunks)"),
             f"    encoding:    {enc}",
         ]
         if s["sharding"] is None:
