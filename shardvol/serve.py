@@ -9,7 +9,8 @@ files is blocking I/O that threads handle well.  What it adds to the standard ha
   answered with the whole file (200), which HTTP allows.
 - CORS: every response (errors included, so a browser can see a 404 as "missing") carries
   ``Access-Control-Allow-Origin: *`` and exposes ``Content-Range``, ``Content-Length``,
-  ``Content-Encoding`` and ``Accept-Ranges``; ``OPTIONS`` preflights are answered with 204.
+  ``Content-Encoding`` and ``Accept-Ranges``; ``OPTIONS`` preflights are answered with 204
+  (allowing Chrome's private-network preflight, so a hosted Neuroglancer can read it).
 - A file stored as ``NAME.gz`` (CloudVolume's gzip chunks) is served under ``NAME`` when
   ``NAME`` is absent: whole with ``Content-Encoding: gzip`` if the client accepts gzip, else
   decompressed; a Range request on it gets the range of the decompressed bytes.
@@ -169,12 +170,16 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
     # ----------------------------------------------------------------- methods
     def do_OPTIONS(self) -> None:
         requested = self.headers.get("Access-Control-Request-Headers")
-        self._send_empty(HTTPStatus.NO_CONTENT, (
+        headers = [
             ("Allow", _ALLOWED),
             ("Access-Control-Allow-Methods", _ALLOWED),
             ("Access-Control-Allow-Headers", requested or "Range"),
             ("Access-Control-Max-Age", _PREFLIGHT_MAX_AGE),
-        ))
+        ]
+        if self.headers.get("Access-Control-Request-Private-Network") == "true":
+            # Chrome asks before a public page (e.g. a hosted Neuroglancer) reads a local server
+            headers.append(("Access-Control-Allow-Private-Network", "true"))
+        self._send_empty(HTTPStatus.NO_CONTENT, tuple(headers))
 
     def do_GET(self) -> None:
         self._serve(body=True)
@@ -301,7 +306,7 @@ class VolumeServer(ThreadingHTTPServer):
     ) -> None:
         self.root = os.path.realpath(root)
         if not os.path.isdir(self.root):
-            raise NotADirectoryError(f"shardvol serve: {root!r} is not a directory")
+            raise NotADirectoryError(f"{root!r} is not a directory")
         self._log = log
         self._log_lock = threading.Lock()  # handler threads must not interleave lines
         self._on_request = on_request

@@ -143,7 +143,7 @@ def test_info_counts_what_tensorstore_wrote(capsys, ts_volume):
 
     code, text, _ = run_cli(capsys, "info", path)
     assert code == 0
-    assert "format:   neuroglancer precomputed (1 scales)" in text
+    assert "format:   neuroglancer precomputed (1 scale)" in text
     assert "size:        100x70x30 voxels at offset 10x-5x3" in text
     assert "shard shape: 32x32x16 voxels per shard" in text
     assert f"stored:      {scale['shards']} of {scale['shards']} shard files" in text
@@ -326,8 +326,8 @@ def test_serve_command(tmp_path, quiet):
         assert banner[2].strip() == f"precomputed://{base}/em/raw"
         with urllib.request.urlopen(f"{base}/em/raw/info") as resp:
             assert json.load(resp)["scales"][0]["size"] == [8, 8, 8]
-    finally:
-        proc.send_signal(signal.SIGINT)
+    finally:  # Ctrl-C, or SIGTERM: both end it cleanly
+        proc.send_signal(signal.SIGTERM if quiet else signal.SIGINT)
         err = proc.communicate(timeout=10)[1]
     assert proc.returncode == 0
     if quiet:

@@ -159,6 +159,13 @@ def test_cors_preflight(server):
     assert "range" in headers["access-control-allow-headers"].lower()
     status, headers, _ = request(server, "OPTIONS", "/vol/data.bin")
     assert status == 204 and "range" in headers["access-control-allow-headers"].lower()
+    assert "access-control-allow-private-network" not in headers
+    status, headers, _ = request(server, "OPTIONS", "/vol/data.bin", {
+        "Origin": "https://neuroglancer-demo.appspot.com",
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Private-Network": "true",
+    })
+    assert status == 204 and headers["access-control-allow-private-network"] == "true"
 
 
 def test_not_found_has_cors(server):

@@ -72,9 +72,12 @@ def positive_int(value: str) -> int:
 
 
 def human_bytes(n: int) -> str:
+    """``n`` bytes as ``123 B`` / ``4.5 MiB``."""
+    if n < 1024:
+        return f"{n} B"
     size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+    for unit in ("KiB", "MiB", "GiB"):
         size /= 1024
-    raise AssertionError("unreachable")
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+    return f"{size / 1024:.1f} TiB"

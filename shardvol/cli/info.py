@@ -129,6 +129,10 @@ def _describe_zarr3(kv: KVStore, raw: bytes, count: bool) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------- render
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _xyz(v: list[Any] | None) -> str:
     return "x".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v) if v else "-"
 
@@ -152,7 +156,7 @@ def render(desc: dict[str, Any]) -> str:
         return _render_zarr3(desc)
     lines = [
         f"{desc['url']}",
-        f"  format:   neuroglancer precomputed ({len(desc['scales'])} scales)",
+        f"  format:   neuroglancer precomputed ({_plural(len(desc['scales']), 'scale')})",
         f"  type:     {desc['type']}",
         f"  dtype:    {desc['data_type']}",
         f"  channels: {desc['num_channels']}",

@@ -3,12 +3,13 @@
 Prints a ``precomputed://http://HOST:PORT/PATH`` source for every volume found (a
 directory with an ``info`` file; ``zarr3://`` for ``zarr.json``) to paste into
 Neuroglancer's layer source box.  Range requests, CORS and ``.gz`` files are
-handled; nothing outside DIR is served.  Ctrl-C stops it.
+handled; nothing outside DIR is served.  Ctrl-C (or SIGTERM) stops it.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 from typing import Any
 
 from shardvol.cli.common import command
@@ -24,7 +25,14 @@ def register(subparsers: Any) -> None:
                    help="address to listen on (127.0.0.1; 0.0.0.0 for every interface)")
 
 
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
+    # SIGTERM (kill, systemd, docker stop) stops it as cleanly as Ctrl-C; this also covers a
+    # background job of a non-interactive shell, which starts with SIGINT ignored.
+    signal.signal(signal.SIGTERM, _stop)
     # --quiet silences the access log; the sources found are always printed.
     serve(args.dir, host=args.host, port=args.port, quiet=args.quiet,
           out=lambda line: print(line, flush=True))
