@@ -22,6 +22,7 @@ def ext(name: str, *c_sources: str) -> Extension:
 EXTENSIONS = [
     ext("morton", "morton.c"),
     ext("hashing", "murmurhash3.c"),
+    ext("downsample", "downsample.c"),
 ]
 
 setup(
