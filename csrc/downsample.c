@@ -173,13 +173,13 @@ static inline uint64_t ds_pack_flags(uint8_t *flag, int64_t n) {
 /* Fast-path limits: source rows per block, voxels counted directly per block. */
 #define DS_ROWS 64
 #define DS_SMALL 32
-/* Blocks of at most this many voxels or uniform sub-blocks are counted branch-free. */
+/* Blocks of at most this many voxels are counted without data-dependent branches. */
 #define DS_TINY 8
 
 typedef struct {
     void *v;       /* entry values, appended block after block */
     uint32_t *c;   /* entry counts */
-    uint32_t *off; /* per block: its first entry (when n >= 2) */
+    int64_t *off;  /* per block: its first entry (when n >= 2) */
     uint8_t *n;    /* per block: 1 uniform, 2..DS_HIST entries, 0 more values */
 } hist_buf;
 
@@ -391,7 +391,7 @@ typedef struct {
                                    T **v, uint32_t **c) {                                    \
         const int64_t hb = o0 + A->out->n[0] * (o1 + A->out->n[1] * o2);                     \
         if (A->h) {                                                                          \
-            A->h->off[hb] = (uint32_t)*A->used;                                              \
+            A->h->off[hb] = *A->used;                                                        \
             *v = (T *)A->h->v + *A->used;                                                    \
             *c = A->h->c + *A->used;                                                         \
         }                                                                                    \
@@ -728,8 +728,6 @@ static inline uint64_t divround_wide(wide_t w, int64_t n) {
     return q + ((2 * r + (q & 1)) > (uint64_t)n);
 }
 
-#define DS_SUM_INIT(x) (x)
-
 /* Sum levels (element -> accumulator, accumulator -> accumulator). */
 #define DS_DEFINE_SUM_IN(SIN, TIN, SACC, TACC)                                               \
     static TACC cast_##SIN##_##SACC(TIN x) { return (TACC)x; }                                \
@@ -737,7 +735,7 @@ static inline uint64_t divround_wide(wide_t w, int64_t n) {
     DS_DEFINE_ACCUM(sum_##SIN##_##SACC, TIN, TACC, cast_##SIN##_##SACC, add_##SIN##_##SACC)
 #define DS_DEFINE_SUM_ACC(SACC, TACC)                                                        \
     static TACC add_##SACC(TACC a, TACC x) { return (TACC)(a + x); }                          \
-    DS_DEFINE_ACCUM(sum_##SACC, TACC, TACC, DS_SUM_INIT, add_##SACC)
+    DS_DEFINE_ACCUM(sum_##SACC, TACC, TACC, DS_ID, add_##SACC)
 
 /* Finalize: out = round(S / count), S the level's sums over the tile whose
  * input extents are n.  Interior blocks along x share one count; a power of
@@ -797,7 +795,7 @@ DS_DEFINE_SUM_ACC(u64, uint64_t)
 DS_DEFINE_SUM_ACC(i16, int16_t)
 DS_DEFINE_SUM_ACC(i32, int32_t)
 DS_DEFINE_SUM_ACC(i64, int64_t)
-DS_DEFINE_ACCUM(sum_w, wide_t, wide_t, DS_SUM_INIT, DS_WIDE_ACC_COMB)
+DS_DEFINE_ACCUM(sum_w, wide_t, wide_t, DS_ID, DS_WIDE_ACC_COMB)
 
 DS_DEFINE_SUM_IN(u8, uint8_t, u16, uint16_t)
 DS_DEFINE_SUM_IN(u8, uint8_t, u32, uint32_t)
@@ -1068,8 +1066,11 @@ int sv_downsample_pyramid(int method, int dtype, const void *in, const int64_t i
         int64_t rows = in_shape[d] < P.F[d] ? in_shape[d] : P.F[d];
         voxels *= rows;
         if (voxels > SV_DS_MAX_BLOCK_VOXELS) return SV_ERR_OVERFLOW;
-        /* level-1 extent of a tile */
-        level1 *= d == 0 ? nblocks(in_shape[0], P.f[0], phase[0] % P.f[0]) : P.T[d] / P.f[d];
+        /* mip-1 extent of a tile: T / f blocks, at most the array's */
+        {
+            const int64_t all = nblocks(in_shape[d], P.f[d], phase[d] % P.f[d]);
+            level1 *= d == 0 || all < P.T[d] / P.f[d] ? all : P.T[d] / P.f[d];
+        }
     }
     if (method == SV_DS_MEAN && !P.t->is_float) {
         P.m = get_mean_ops(dtype, voxels);
@@ -1099,7 +1100,7 @@ int sv_downsample_pyramid(int method, int dtype, const void *in, const int64_t i
         for (k = 0; k < 2 && num_mips > 1; ++k) {
             P.hist[k].v = malloc((size_t)level1 * DS_HIST * P.t->size);
             P.hist[k].c = malloc((size_t)level1 * DS_HIST * sizeof(uint32_t));
-            P.hist[k].off = malloc((size_t)level1 * sizeof(uint32_t));
+            P.hist[k].off = malloc((size_t)level1 * sizeof(int64_t));
             P.hist[k].n = malloc((size_t)level1);
             if (!P.hist[k].v || !P.hist[k].c || !P.hist[k].off || !P.hist[k].n) rc = SV_ERR_NOMEM;
         }

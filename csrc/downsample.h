@@ -28,11 +28,13 @@
  *
  * Pyramids: mip k (1-based) pools the ORIGINAL input by factor**k with phase
  * modulo factor**k, i.e. equals ts.downsample(base, factor**k, method).  It is
- * computed in one pass over the input, in tiles aligned to factor**num_mips:
- * integer means from exact hierarchical sums, integer min/max chained from the
- * previous mip, mode from the previous mip where all its sub-blocks are
- * uniform and equal and directly from the input otherwise, floats and stride
- * directly from the input.
+ * computed in one pass over the input, in tiles aligned to factor**num_mips
+ * (so the tile stays in cache while all its mips are computed): integer means
+ * from exact hierarchical sums, integer min/max chained from the previous mip,
+ * modes by merging the exact histograms of the previous mip's blocks (falling
+ * back to sorting the voxels of blocks with more than 8 distinct values),
+ * float means/min/max and stride directly from the input (float results
+ * depend on the order of the voxels).
  *
  * Arrays are described by a data pointer, 4 extents and 4 strides counted in
  * elements (any sign).  Bool arrays are passed as SV_DS_UINT8.

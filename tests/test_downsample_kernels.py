@@ -184,6 +184,17 @@ def test_signed_zeros_match_tensorstore(dtype):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_huge_factors_on_small_arrays(method):
+    """Blocks far larger than the array: scratch memory follows the array, not the block."""
+    a = sample(np.random.default_rng(6), np.int16, (7, 5, 3, 2))
+    mips = downsample_pyramid(a, (1000, 999, 1), 3, method, phase=(123, 4, 0))
+    for k, got in enumerate(mips, start=1):
+        fk = (1000**k, 999**k, 1)
+        assert got.shape == (1, 1, 3, 2)
+        np.testing.assert_array_equal(got, _reference.downsample(a, fk, method, (123, 4, 0)))
+
+
 def test_mean_rounds_half_to_even_including_negatives():
     a = np.array([1, 2, 2, 3, -1, -2, -2, -3, 5, 6, -5, -6], dtype=np.int8)
     got = pool(a.reshape(12, 1, 1), (2, 1, 1), "mean")[:, 0, 0]
