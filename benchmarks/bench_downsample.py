@@ -43,38 +43,49 @@ def best_of(fn, repeat: int) -> tuple[float, object]:
 def segmentation(shape, cell: int, seed: int = 0) -> np.ndarray:
     """uint64 labels on a grid of `cell`-voxel cells with smoothly wavy borders."""
     rng = np.random.default_rng(seed)
-    x, y, z = (np.arange(n).reshape([-1 if i == d else 1 for i in range(3)])
-               for d, n in enumerate(shape))
+    x, y, z = (
+        np.arange(n).reshape([-1 if i == d else 1 for i in range(3)]) for d, n in enumerate(shape)
+    )
     amp = cell / 3
     dx = (amp * np.sin(y / (cell / 2.3) + z / (cell / 1.7))).astype(np.int64)
     dy = (amp * np.cos(x / (cell / 1.9) + z / (cell / 2.9))).astype(np.int64)
     dz = (amp / 2 * np.sin(x / (cell / 2.1) + y / (cell / 1.3))).astype(np.int64)
     labels = rng.integers(1, 2**48, [n // cell + 3 for n in shape], dtype=np.uint64)
     return np.asfortranarray(
-        labels[(x + dx + cell) // cell, (y + dy + cell) // cell, (z + dz + cell) // cell])
+        labels[(x + dx + cell) // cell, (y + dy + cell) // cell, (z + dz + cell) // cell]
+    )
 
 
 def tensorstore_pyramid(image: np.ndarray, method: str) -> list[np.ndarray]:
     base = ts.array(image)
-    return [ts.downsample(base, [f**k for f in FACTOR], method).read().result()
-            for k in range(1, MIPS + 1)]
+    return [
+        ts.downsample(base, [f**k for f in FACTOR], method).read().result()
+        for k in range(1, MIPS + 1)
+    ]
 
 
 def agreement(mips, oracle) -> str:
-    fractions = [np.mean(np.asarray(m)[tuple(slice(0, s) for s in o.shape)] == o)
-                 if np.shape(m) == o.shape else 0.0 for m, o in zip(mips, oracle)]
+    fractions = [
+        np.mean(np.asarray(m)[tuple(slice(0, s) for s in o.shape)] == o)
+        if np.shape(m) == o.shape
+        else 0.0
+        for m, o in zip(mips, oracle)
+    ]
     return "/".join(f"{f:.3f}" for f in fractions)
 
 
 def compare(name: str, image: np.ndarray, method: str, peer, repeat: int) -> None:
     t_sv, ours = best_of(lambda: downsample_pyramid(image, FACTOR, MIPS, method), repeat)
     t_ts, oracle = best_of(lambda: tensorstore_pyramid(image, method), max(1, repeat // 3))
-    line = (f"{name:<44} shardvol {t_sv:7.4f} s (agree {agreement(ours, oracle)})"
-            f" | TensorStore {t_ts:7.4f} s (x{t_ts / t_sv:.1f})")
+    line = (
+        f"{name:<44} shardvol {t_sv:7.4f} s (agree {agreement(ours, oracle)})"
+        f" | TensorStore {t_ts:7.4f} s (x{t_ts / t_sv:.1f})"
+    )
     if peer is not None:
-        t_tb, theirs = best_of(peer, repeat)
-        line += (f" | tinybrain {t_tb:7.4f} s (x{t_tb / t_sv:.2f},"
-                 f" agree {agreement(theirs, oracle)})")
+        t_tb, theirs = best_of(lambda: peer(image), repeat)
+        line += (
+            f" | tinybrain {t_tb:7.4f} s (x{t_tb / t_sv:.2f}, agree {agreement(theirs, oracle)})"
+        )
     print(line)
 
 
@@ -87,15 +98,22 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     image = np.asfortranarray(rng.integers(0, 256, (512, 512, 512), dtype=np.uint8))
-    compare("mean, 512^3 uint8, 3 mips (2,2,1)", image, "mean",
-            tinybrain and (lambda: tinybrain.downsample_with_averaging(image, FACTOR, num_mips=MIPS)),
-            args.repeat)
+    mean_peer = mode_peer = None
+    if tinybrain is not None:
+
+        def mean_peer(a):
+            return tinybrain.downsample_with_averaging(a, FACTOR, num_mips=MIPS)
+
+        def mode_peer(a):
+            return tinybrain.downsample_segmentation(a, FACTOR, num_mips=MIPS)
+
+    compare("mean, 512^3 uint8, 3 mips (2,2,1)", image, "mean", mean_peer, args.repeat)
     del image
     for cell in (48, 16):
         seg = segmentation((512, 512, 128), cell)
-        compare(f"mode, 512x512x128 uint64, cells {cell}, 3 mips", seg, "mode",
-                tinybrain and (lambda: tinybrain.downsample_segmentation(seg, FACTOR, num_mips=MIPS)),
-                args.repeat)
+        compare(
+            f"mode, 512x512x128 uint64, cells {cell}, 3 mips", seg, "mode", mode_peer, args.repeat
+        )
 
 
 if __name__ == "__main__":
