@@ -531,6 +531,15 @@ typedef struct {
                             continue;                                                        \
                         }                                                                    \
                         hist_slot_##SUF(A, o[0], o[1], o[2], &v, &c);                        \
+                        if (!p && R == 2 && w == 2) { /* 2x2 voxels */                      \
+                            tmp[0] = rows[0][x];                                             \
+                            tmp[1] = rows[0][x + 1];                                         \
+                            tmp[2] = rows[1][x];                                             \
+                            tmp[3] = rows[1][x + 1];                                         \
+                            orow[o[0] * out->s[0]] = mode4_##SUF(tmp, ones, v, c, &nd);      \
+                            hist_done_##SUF(A, h0 + o[0], nd);                               \
+                            continue;                                                        \
+                        }                                                                    \
                         if (!p) { /* few voxels: count them */                               \
                             int64_t m = 0;                                                   \
                             for (k = 0; k < R; ++k)                                          \
