@@ -13,6 +13,7 @@ from shardvol.kernels import (
 )
 from shardvol.kvstore import KVStore, open_store
 from shardvol.volume import Volume
+from shardvol.downsample import downsample
 
 __version__ = "0.1.0"
 
@@ -23,6 +24,7 @@ __all__ = [
     "__version__",
     "compressed_morton_code",
     "decode_morton_code",
+    "downsample",
     "errors",
     "morton_bits",
     "murmurhash3_x86_128_u64",
