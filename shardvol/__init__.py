@@ -3,7 +3,7 @@
 The public API is re-exported here; see README.md for a tour.
 """
 
-from shardvol import errors
+from shardvol import errors, zarr3
 from shardvol.errors import ShardvolError
 from shardvol.kernels import (
     compressed_morton_code,
@@ -13,6 +13,9 @@ from shardvol.kernels import (
 )
 from shardvol.kvstore import KVStore, open_store
 from shardvol.volume import Volume
+from shardvol.zarr3 import ZarrArray
+from shardvol.opener import open
+from shardvol.convert import copy
 
 __version__ = "0.1.0"
 
@@ -20,11 +23,15 @@ __all__ = [
     "KVStore",
     "ShardvolError",
     "Volume",
+    "ZarrArray",
     "__version__",
     "compressed_morton_code",
+    "copy",
     "decode_morton_code",
     "errors",
     "morton_bits",
     "murmurhash3_x86_128_u64",
+    "open",
     "open_store",
+    "zarr3",
 ]

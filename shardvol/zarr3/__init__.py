@@ -3,7 +3,8 @@
 :class:`ArrayMetadata` is an array's ``zarr.json``; :func:`create_metadata`
 builds one; :class:`ZarrChunkStore` serves its encoded chunks (inner chunks
 when sharded) to the slicing layer, and ``ZarrChunkStore.codec`` encodes and
-decodes them.
+decodes them.  :class:`ZarrArray` (:func:`open`, :func:`create`) is the
+user-facing array: numpy slicing reads and writes.
 """
 
 from shardvol.zarr3.codecs import (
@@ -31,6 +32,7 @@ from shardvol.zarr3.metadata import (
     create_metadata,
 )
 from shardvol.zarr3.chunkstore import ZarrChunkStore
+from shardvol.zarr3.array import ZarrArray, create, open
 
 __all__ = [
     "DATA_TYPES",
@@ -51,9 +53,12 @@ __all__ = [
     "ShardLayout",
     "ShardingCodec",
     "TransposeCodec",
+    "ZarrArray",
     "ZarrChunkStore",
     "ZstdCodec",
+    "create",
     "create_metadata",
     "is_fill",
+    "open",
     "parse_codecs",
 ]
