@@ -93,6 +93,24 @@ def test_zarrarray_slices_what_oracles_write(tmp_path, seed, writer):
     assert np.asarray(arr).shape == data.shape
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_strided_and_integer_writes_across_shards(tmp_path, seed):
+    """Writes with steps (negative too) and integer indices, cut per shard, as numpy does them."""
+    meta, data = random_case(900 + seed)
+    path = str(tmp_path / "a")
+    arr = create_like(path, meta)
+    arr[...] = data
+    expected = data.copy()
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        key = random_key(rng, meta.shape)
+        value = random_data(rng, meta)[key]
+        arr[key] = value
+        expected[key] = value
+    assert equal(arr[...], expected)
+    assert equal(ts_read(path), expected), meta.to_json()
+
+
 def test_index_location_and_crc32c_on_disk(tmp_path):
     """Both index locations, with and without crc32c: layout as the spec says, oracles agree."""
     data = np.arange(8 * 6, dtype="<u4").reshape(8, 6)
