@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-import shardvol.zarr3 as zarr3
+from shardvol import zarr3
 from shardvol.zarr3 import ArrayMetadata, Codec, GzipCodec, ZstdCodec, create_metadata
 
 SHARD = (256, 256, 128)
@@ -77,7 +77,9 @@ def ts_spec(path, meta=None):
 def ts_write(path, meta, data):
     import tensorstore as ts
 
-    ts.open(ts_spec(path, meta), create=True, delete_existing=True).result()[...].write(data).result()
+    ts.open(ts_spec(path, meta), create=True, delete_existing=True).result()[...].write(
+        data
+    ).result()
 
 
 def ts_read(path):
@@ -127,7 +129,11 @@ def main() -> None:
     scale = 2 if args.quick else 1
     img = image((512 // scale,) * 3)
     seg = segmentation((512 // scale, 512 // scale, 128))
-    cases = [("image uint8", img, "zstd"), ("image uint8", img, "gzip"), ("segmentation uint64", seg, "zstd")]
+    cases = [
+        ("image uint8", img, "zstd"),
+        ("image uint8", img, "gzip"),
+        ("segmentation uint64", seg, "zstd"),
+    ]
     if args.all:
         cases.append(("segmentation uint64", seg, "gzip"))
     tmp = tempfile.mkdtemp(prefix="bench_zarr3_")
@@ -142,12 +148,16 @@ def main() -> None:
             meta = create_metadata(data.shape, data.dtype, SHARD, INNER, codecs=[CODECS[cname]])
             mb = data.nbytes / 1e6
             paths = {k: os.path.join(tmp, f"{k}-{cname}-{vname.split()[0]}") for k in WRITERS}
-            w = interleaved({k: (lambda f=f, p=paths[k]: f(p, meta, data)) for k, f in WRITERS.items()},
-                            args.repeat)  # fmt: skip
+            w = interleaved({k: (lambda f=f, p=paths[k], m=meta, d=data: f(p, m, d))
+                             for k, f in WRITERS.items()}, args.repeat)  # fmt: skip
             for path in paths.values():  # every writer's output reads back the same everywhere
-                assert np.array_equal(shardvol_read(path), data) and np.array_equal(ts_read(path), data)
+                assert np.array_equal(shardvol_read(path), data) and np.array_equal(
+                    ts_read(path), data
+                )
             source = paths["tensorstore"]
-            r = interleaved({k: (lambda f=f: f(source)) for k, f in READERS.items()}, args.repeat)
+            r = interleaved(
+                {k: (lambda f=f, s=source: f(s)) for k, f in READERS.items()}, args.repeat
+            )
             for what, t in (("read", r), ("write", w)):
                 line = f"{what:<5} {vname:<19} {cname:<5} | {mb / t['shardvol']:8.0f}"
                 for peer in PEERS:

@@ -4,6 +4,7 @@ The public API is re-exported here; see README.md for a tour.
 """
 
 from shardvol import errors, zarr3
+from shardvol.convert import copy
 from shardvol.errors import ShardvolError
 from shardvol.kernels import (
     compressed_morton_code,
@@ -12,10 +13,9 @@ from shardvol.kernels import (
     murmurhash3_x86_128_u64,
 )
 from shardvol.kvstore import KVStore, open_store
+from shardvol.opener import open
 from shardvol.volume import Volume
 from shardvol.zarr3 import ZarrArray
-from shardvol.opener import open
-from shardvol.convert import copy
 
 __version__ = "0.1.0"
 

@@ -139,7 +139,8 @@ def zarr_geometry(arr: ZarrArray) -> Geometry:
     inner = tuple(min(arr.chunks[a], _DEFAULT_ZARR_CHUNK) for a in axes[:3])
     resolution = kept.get("resolution") or _units_resolution(arr.attrs.get("dimension_units"), axes)
     block = kept.get("compressed_segmentation_block_size")
-    default_type = "segmentation" if arr.dtype in (np.uint32, np.uint64) else "image"
+    labels = arr.dtype in (np.uint32, np.uint64) and (arr.ndim == 3 or arr.shape[axes[3]] == 1)
+    default_type = "segmentation" if labels else "image"
     return Geometry(
         dtype=arr.dtype,
         size=size,  # type: ignore[arg-type]
@@ -161,7 +162,9 @@ def _vec(value: Any, kind: type, where: str) -> tuple:
         or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
         or (kind is int and not all(float(v).is_integer() for v in value))
     ):
-        raise InfoError(f"{where} must be 3 {'integers' if kind is int else 'numbers'}, got {value!r}")
+        raise InfoError(
+            f"{where} must be 3 {'integers' if kind is int else 'numbers'}, got {value!r}"
+        )
     return tuple(kind(v) for v in value)
 
 
@@ -281,8 +284,7 @@ def run_copy_task(task: CopyTask) -> None:
         start = engine.grid.chunk_start(coord)[:3]
         stop = tuple(s + e for s, e in zip(start, engine.grid.chunk_extent(coord)[:3]))
         put[coord] = engine.codec.encode(src.read((start, stop)))  # type: ignore[arg-type]
-    with engine.store.lock(task.shard):
-        engine.store.update_unit(task.shard, put, replace=True)
+    engine.store.update_unit(task.shard, put, replace=True)
 
 
 def _blocks(unit: Sequence[int], size: Sequence[int], voxel_bytes: int, target: int) -> Vec3:
@@ -313,7 +315,9 @@ def _boxes(origin: Vec3, size: Vec3, block: Sequence[int]) -> list[Box]:
     return out  # type: ignore[return-value]
 
 
-def plan(geometry: Geometry, dst: Frame, run: str, src_ep: Endpoint, dst_ep: Endpoint) -> list[CopyTask]:
+def plan(
+    geometry: Geometry, dst: Frame, run: str, src_ep: Endpoint, dst_ep: Endpoint
+) -> list[CopyTask]:
     """Tasks that each own whole output units of ``dst``."""
     g = geometry
     if isinstance(dst, ZarrFrame):
@@ -361,8 +365,13 @@ def _shape3(value: Sequence[int] | None, channels: int, name: str) -> Vec3 | Non
 
 
 def _create_precomputed(
-    dst: str | KVStore, g: Geometry, *, encoding: str | None, chunk_size: Vec3 | None,
-    sharding: None | str | dict[str, Any], overwrite: bool,
+    dst: str | KVStore,
+    g: Geometry,
+    *,
+    encoding: str | None,
+    chunk_size: Vec3 | None,
+    sharding: None | str | dict[str, Any],
+    overwrite: bool,
 ) -> Volume:
     encoding = (encoding or g.encoding).lower()
     block = g.block_size if encoding == "compressed_segmentation" else None
@@ -375,8 +384,14 @@ def _create_precomputed(
 
 
 def _create_zarr(
-    dst: str | KVStore, g: Geometry, *, chunk_size: Vec3 | None, inner: Vec3 | None,
-    sharding: None | str, codecs: Sequence[Codec | JSON] | None, overwrite: bool,
+    dst: str | KVStore,
+    g: Geometry,
+    *,
+    chunk_size: Vec3 | None,
+    inner: Vec3 | None,
+    sharding: None | str,
+    codecs: Sequence[Codec | JSON] | None,
+    overwrite: bool,
 ) -> ZarrArray:
     c = g.num_channels
     shape = (*g.size, c)
@@ -399,7 +414,9 @@ def _output_format(dst: str | KVStore, fmt: str | None, existing: str | None) ->
     fmt = check_format(fmt) or prefix or existing
     if fmt is None:
         name = (rest if isinstance(rest, str) else rest.url).rstrip("/")
-        fmt = "zarr3" if posixpath.splitext(name)[1].lower() in (".zarr", ".zarr3") else "precomputed"
+        fmt = (
+            "zarr3" if posixpath.splitext(name)[1].lower() in (".zarr", ".zarr3") else "precomputed"
+        )
     return fmt
 
 
@@ -411,7 +428,7 @@ def copy(
     dst: str | KVStore,
     *,
     mip: int | str | Sequence[float] = 0,
-    format: str | None = None,  # noqa: A002 - the user-facing name
+    format: str | None = None,
     encoding: str | None = None,
     sharding: None | str | dict[str, Any] = "auto",
     chunk_size: Sequence[int] | None = None,
@@ -454,7 +471,9 @@ def copy(
     out_format = _output_format(dst, format, existing)
     _, dst_rest = split_format(dst)
     if existing is not None and not overwrite:
-        raise AlreadyExistsError(f"{_url(dst_rest)} already holds a {existing} volume; pass overwrite=True")
+        raise AlreadyExistsError(
+            f"{_url(dst_rest)} already holds a {existing} volume; pass overwrite=True"
+        )
     if existing is not None and existing != out_format:
         raise InvalidArgumentError(
             f"{_url(dst_rest)} holds a {existing} volume; it cannot be overwritten with {out_format}"

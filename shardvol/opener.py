@@ -26,7 +26,8 @@ def split_format(url_or_store: str | KVStore) -> tuple[str | None, str | KVStore
 
 
 def detect_format(url_or_store: str | KVStore) -> str | None:
-    """"precomputed" (an ``info`` file), "zarr3" (a ``zarr.json``) or None if neither is there."""
+    """The format stored at a URL: "precomputed" (an ``info`` file), "zarr3" (a ``zarr.json``)
+    or None if neither is there."""
     fmt, rest = split_format(url_or_store)
     kv = open_store(rest)
     if fmt is not None:
@@ -38,7 +39,7 @@ def detect_format(url_or_store: str | KVStore) -> str | None:
     return None
 
 
-def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray:  # noqa: A001
+def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray:
     """Open what is stored at ``url_or_store``: a precomputed volume or a Zarr v3 array.
 
     An ``info`` file makes it a :class:`~shardvol.Volume` (keyword arguments go

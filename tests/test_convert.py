@@ -67,10 +67,29 @@ def assert_zarr_output(path, data, offset):
 @pytest.mark.parametrize(
     "case",
     [
-        dict(dtype="uint16", channels=2, chunk=(8, 8, 4), sharding=SHARDING, offset=(3, -5, 7)),
-        dict(dtype="uint64", channels=1, chunk=(8, 4, 4), sharding=None, offset=(0, 0, 0),
-             encoding="compressed_segmentation", compressed_segmentation_block_size=[4, 4, 2]),
-        dict(dtype="float32", channels=1, chunk=(16, 8, 8), sharding=None, offset=(-10, 2, 1)),
+        {
+            "dtype": "uint16",
+            "channels": 2,
+            "chunk": (8, 8, 4),
+            "sharding": SHARDING,
+            "offset": (3, -5, 7),
+        },
+        {
+            "dtype": "uint64",
+            "channels": 1,
+            "chunk": (8, 4, 4),
+            "sharding": None,
+            "offset": (0, 0, 0),
+            "encoding": "compressed_segmentation",
+            "compressed_segmentation_block_size": [4, 4, 2],
+        },
+        {
+            "dtype": "float32",
+            "channels": 1,
+            "chunk": (16, 8, 8),
+            "sharding": None,
+            "offset": (-10, 2, 1),
+        },
     ],
     ids=["sharded-uint16-2ch", "unsharded-cseg-uint64", "unsharded-float32"],
 )
@@ -80,7 +99,9 @@ def test_round_trip_precomputed_zarr_precomputed(tmp_path, monkeypatch, case):
     data = voxels(rng, (37, 29, 19, case["channels"]), case["dtype"])
     src = str(tmp_path / "src")
     extra = {k: case[k] for k in ("encoding", "compressed_segmentation_block_size") if k in case}
-    ts_source(src, data, case["offset"], chunk_size=case["chunk"], sharding=case["sharding"], **extra)
+    ts_source(
+        src, data, case["offset"], chunk_size=case["chunk"], sharding=case["sharding"], **extra
+    )
 
     zpath = str(tmp_path / "out.zarr")
     arr = shardvol.copy(src, zpath, progress=False)
@@ -113,7 +134,12 @@ def test_golden_volume_round_trip(tmp_path):
     assert vol.sharding is not None
     scale, source = vol.scale, Volume(src).scale
     assert (scale.size, scale.voxel_offset, scale.resolution, scale.chunk_size, scale.encoding) == (
-        source.size, source.voxel_offset, source.resolution, source.chunk_size, source.encoding)
+        source.size,
+        source.voxel_offset,
+        source.resolution,
+        source.chunk_size,
+        source.encoding,
+    )
     assert np.array_equal(ts_read(back), expected)
 
 
@@ -124,10 +150,10 @@ def test_rechunk_reencode_shard_and_unshard(tmp_path, monkeypatch):
     src = str(tmp_path / "src")
     ts_source(src, data, (1, 2, 3), chunk_size=(8, 8, 8))
     cases = {
-        "sharded": dict(sharding=SHARDING, chunk_size=(4, 8, 2)),
-        "auto": dict(encoding="compressed_segmentation", chunk_size=[16, 16, 4]),
-        "hashed": dict(sharding=HASHED),
-        "unsharded": dict(sharding=None, chunk_size=(7, 5, 3)),
+        "sharded": {"sharding": SHARDING, "chunk_size": (4, 8, 2)},
+        "auto": {"encoding": "compressed_segmentation", "chunk_size": [16, 16, 4]},
+        "hashed": {"sharding": HASHED},
+        "unsharded": {"sharding": None, "chunk_size": (7, 5, 3)},
     }
     for name, options in cases.items():
         dst = str(tmp_path / name)
@@ -198,6 +224,12 @@ def test_zarr_with_named_axes_in_another_order(tmp_path):
     back = str(tmp_path / "back.zarr")
     shardvol.copy(dst, back, progress=False)
     assert np.array_equal(zarr_read(back)[..., 0], data.transpose(2, 1, 0))
+    # Zarr to Zarr: re-sharded, unsharded
+    for name, options in {"resharded": {"chunk_size": (8, 8, 2), "inner_chunk_shape": (4, 2, 2)},
+                          "flat": {"sharding": None, "chunk_size": (5, 5, 5)}}.items():  # fmt: skip
+        out = shardvol.copy(path, str(tmp_path / f"{name}.zarr"), progress=False, **options)
+        assert out.chunks == (*(options.get("inner_chunk_shape") or options["chunk_size"]), 1)
+        assert np.array_equal(ts_read_zarr(out.url.removeprefix("file://"))[..., 0], data.T)
 
 
 def test_progress_bar_and_neuroglancer_prefixes(tmp_path, capsys):

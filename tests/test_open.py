@@ -14,7 +14,9 @@ from .oracles import data_path, ts_read
 from .zarr3_util import ts_read as ts_read_zarr
 
 GOLDEN_ZARR = data_path(
-    "google__neuroglancer__zarr3_from_zarrita", "data.zarr", "3d.chunked.mixed.compressed.sharded.i2"
+    "google__neuroglancer__zarr3_from_zarrita",
+    "data.zarr",
+    "3d.chunked.mixed.compressed.sharded.i2",
 )
 
 
@@ -43,7 +45,9 @@ def test_neither_names_what_was_looked_for(tmp_path):
     with pytest.raises(InfoError, match=r"looked for a Zarr v3 'zarr.json'"):
         shardvol.open("zarr3://" + data_path("google__tensorstore__golden_raw_uint16_4ch"))
     with pytest.raises(InfoError, match="Zarr v2"):
-        shardvol.open(data_path("scalableminds__webknossos-libs__simple_zarr_dataset", "color", "1-1-1"))
+        shardvol.open(
+            data_path("scalableminds__webknossos-libs__simple_zarr_dataset", "color", "1-1-1")
+        )
     store = FileStore(str(tmp_path / "group"))
     store.set("zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
     with pytest.raises(InfoError, match="node_type is 'group'"):

@@ -7,6 +7,8 @@ decodes them.  :class:`ZarrArray` (:func:`open`, :func:`create`) is the
 user-facing array: numpy slicing reads and writes.
 """
 
+from shardvol.zarr3.array import ZarrArray, create, open
+from shardvol.zarr3.chunkstore import ZarrChunkStore
 from shardvol.zarr3.codecs import (
     ArrayArrayCodec,
     ArrayBytesCodec,
@@ -23,7 +25,6 @@ from shardvol.zarr3.codecs import (
     is_fill,
     parse_codecs,
 )
-from shardvol.zarr3.sharding import ShardIndex, ShardingCodec, ShardLayout
 from shardvol.zarr3.metadata import (
     DATA_TYPES,
     ZARR_JSON,
@@ -31,8 +32,7 @@ from shardvol.zarr3.metadata import (
     ChunkKeyEncoding,
     create_metadata,
 )
-from shardvol.zarr3.chunkstore import ZarrChunkStore
-from shardvol.zarr3.array import ZarrArray, create, open
+from shardvol.zarr3.sharding import ShardIndex, ShardingCodec, ShardLayout
 
 __all__ = [
     "DATA_TYPES",

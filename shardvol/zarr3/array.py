@@ -19,7 +19,7 @@ import numpy as np
 
 from shardvol._parallel import default_parallel, run_parallel
 from shardvol.chunked import ChunkedArray
-from shardvol.errors import InvalidArgumentError, ReadOnlyStoreError
+from shardvol.errors import InvalidArgumentError, ReadOnlyStoreError, ShardvolError
 from shardvol.grid import ChunkGrid
 from shardvol.indexing import AxisSelection, axis_runs, drop_axes, normalize_selection
 from shardvol.kvstore import KVStore, open_store
@@ -161,7 +161,9 @@ class ZarrArray:
         arr = self._array.prepare_value(sel, value)
         threads = 2 * (self._array.parallel or default_parallel())
         drop = drop_axes(sel)
-        run_parallel(lambda piece: self._array.write(piece[0], arr[piece[1]][drop]), pieces, threads)
+        run_parallel(
+            lambda piece: self._array.write(piece[0], arr[piece[1]][drop]), pieces, threads
+        )
 
     def _shard_pieces(
         self, sel: tuple[AxisSelection, ...]
@@ -198,7 +200,7 @@ class ZarrArray:
             raise ReadOnlyStoreError(f"cannot write {what} of {self.url}: opened with mode='r'")
 
 
-def open(  # noqa: A001 - the package's verb, as zarr.open
+def open(
     url_or_store: str | KVStore,
     mode: str = "r+",
     *,
@@ -274,11 +276,14 @@ def delete_chunks(kv: KVStore) -> None:
     try:
         meta = ArrayMetadata.from_json(doc, f"{kv.url}/{ZARR_JSON}")
         encoding, ndim = meta.chunk_key_encoding, meta.ndim
-    except Exception:  # an unreadable array: its chunks are still named one of the two ways
+    except ShardvolError:  # an unreadable array: its chunks are still named one of the two ways
         encoding, ndim = None, None
-    encodings = [encoding] if encoding else [ChunkKeyEncoding("default", s) for s in "/."] + [
-        ChunkKeyEncoding("v2", s) for s in "./"
-    ]
+    encodings = (
+        [encoding]
+        if encoding
+        else [ChunkKeyEncoding("default", s) for s in "/."]
+        + [ChunkKeyEncoding("v2", s) for s in "./"]
+    )
     for key in kv.list(""):
         if any(_is_chunk_key(e, key, ndim) for e in encodings):
             kv.delete(key)

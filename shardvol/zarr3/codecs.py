@@ -369,7 +369,7 @@ class GzipCodec(BytesBytesCodec):
                 result = imagecodecs.gzip_decode(data, out=out)
                 if len(result) == size:
                     return result
-            except Exception:  # noqa: S110 - corrupt or multi-member: the checked path says which
+            except Exception:  # noqa: BLE001, S110 - corrupt or multi-member: the checked path says which
                 pass
         return gzip_decompress(bytes(data), context, ChunkDecodeError, size)
 
