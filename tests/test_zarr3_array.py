@@ -111,6 +111,26 @@ def test_strided_and_integer_writes_across_shards(tmp_path, seed):
     assert equal(ts_read(path), expected), meta.to_json()
 
 
+def test_concurrent_partial_writes_to_one_shard(tmp_path):
+    """Writers of different inner chunks of one shard never lose each other's chunks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = str(tmp_path / "a")
+    arr = z.create(path, (16, 16), "uint16", (16, 16), (4, 4))
+    cells = [(i, j) for i in range(4) for j in range(4)]
+
+    def write(cell):
+        i, j = cell
+        z.open(path)[4 * i : 4 * i + 4, 4 * j : 4 * j + 3] = 10 * i + j + 1
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, cells))
+    expected = np.zeros((16, 16), "u2")
+    for i, j in cells:
+        expected[4 * i : 4 * i + 4, 4 * j : 4 * j + 3] = 10 * i + j + 1
+    assert equal(ts_read(path), expected) and equal(arr[...], expected)
+
+
 def test_index_location_and_crc32c_on_disk(tmp_path):
     """Both index locations, with and without crc32c: layout as the spec says, oracles agree."""
     data = np.arange(8 * 6, dtype="<u4").reshape(8, 6)
