@@ -156,10 +156,10 @@ class ZarrArray:
             self._array.write(sel, value)
             return
         # One engine write per shard, several at once, so that encoding overlaps the
-        # file writes (the engine alone encodes every chunk first, then writes); twice
-        # the threads, as some of them wait on the storage.
+        # file writes (the engine alone encodes every chunk first, then writes); by
+        # default twice the threads, as some of them wait on the storage.
         arr = self._array.prepare_value(sel, value)
-        threads = 2 * (self._array.parallel or default_parallel())
+        threads = self._array.parallel or 2 * default_parallel()
         drop = drop_axes(sel)
         run_parallel(
             lambda piece: self._array.write(piece[0], arr[piece[1]][drop]), pieces, threads
