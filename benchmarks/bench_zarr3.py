@@ -168,10 +168,12 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _version(module: str) -> str:
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        return __import__(module).__version__
-    except (ImportError, AttributeError):
+        return version(dist)
+    except PackageNotFoundError:
         return "?"
 
 
