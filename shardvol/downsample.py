@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
@@ -39,6 +39,7 @@ from shardvol._parallel import default_parallel
 from shardvol.buffered_store import BufferedChunkStore
 from shardvol.downsample_kernels import METHODS, downsample_pyramid
 from shardvol.errors import InvalidArgumentError
+from shardvol.executor import run_tasks
 from shardvol.indexing import normalize_selection
 from shardvol.sharding import shard_shape
 from shardvol.volume import Volume
@@ -308,22 +309,8 @@ def downsample(
                          sharding=sharding, overwrite=overwrite)
     workers = default_parallel() if executor is None else 1
     stages = plan(vol, targets, f, method, limit, workers, resume)
-    own = executor is None
-    pool = ThreadPoolExecutor(max_workers=workers) if own else executor
-    try:
-        for i, tasks in enumerate(stages, start=1):
-            _run_stage(pool, tasks, progress, f"downsample stage {i}/{len(stages)}")  # type: ignore[arg-type]
-    finally:
-        if own:
-            pool.shutdown()  # type: ignore[union-attr]
+    for i, tasks in enumerate(stages, start=1):
+        run_tasks(run_task, tasks, executor, progress=progress,
+                  desc=f"downsample stage {i}/{len(stages)}")
     return [vol.mip(t.scale.key) for t in targets]
 
-
-def _run_stage(pool: Executor, tasks: list[Task], progress: bool, label: str) -> None:
-    from tqdm.auto import tqdm
-
-    futures = [pool.submit(run_task, t) for t in tasks]
-    with tqdm(total=len(futures), desc=label, unit="task", disable=not progress) as bar:
-        for fut in as_completed(futures):
-            fut.result()
-            bar.update()
