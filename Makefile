@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed-demo: $(BIN)/python $(SOURCES)
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e ".[demo]"
 	touch $@
 
 $(VENV)/.installed-test: $(BIN)/python $(SOURCES)
-	$(BIN)/pip install --quiet -e ".[test,dask]"
+	$(BIN)/pip install --quiet -e ".[test,dask,demo]"
 	touch $@ $(VENV)/.installed-demo
 
 demo: $(VENV)/.installed-demo

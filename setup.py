@@ -23,6 +23,7 @@ EXTENSIONS = [
     ext("morton", "morton.c"),
     ext("hashing", "murmurhash3.c"),
     ext("cseg", "cseg.c"),
+    ext("downsample", "downsample.c"),
 ]
 
 setup(

@@ -1,36 +1,38 @@
 """Zarr v3 sharded arrays: full reads and writes, shardvol vs TensorStore vs zarr-python.
 
-Two shardvol figures, since no user-facing Zarr array class is wired yet:
-``chunk-level``: ZarrChunkStore (batched shard reads, one update_unit per
-shard) + the inner chunk codec on a thread pool, copying chunks into / out of
-one C-ordered array; ``engine``: the same store and codec driven by the generic
-slicing engine (shardvol.chunked.ChunkedArray), as a Zarr array class would.
-TensorStore and zarr-python do full-array ``arr[...]`` reads and writes.
+shardvol is measured through its user-facing array (``shardvol.zarr3.create``
+then ``arr[...] = data``; ``shardvol.zarr3.open(path)[...]``); TensorStore's
+``zarr3`` driver and zarr-python do the same full-array ``arr[...]`` reads and
+writes of the same metadata.  Every read reads the same array (the one
+TensorStore wrote); every writer's output is checked to read back equal.
 
 Cases (as in the issue): a 512^3 uint8 image and a 512x512x128 uint64
-segmentation, shards 256x256x128, inner chunks 64^3, zstd and gzip.  Each
-figure is the best of ``--repeat`` runs on a local disk (page cache warm);
-MB/s are of uncompressed data.  Run: python benchmarks/bench_zarr3.py
+segmentation, shards 256x256x128, inner chunks 64^3; zstd image, gzip image,
+zstd segmentation (``--all`` adds gzip segmentation).  The libraries run
+interleaved (one round = each library once) so that load from elsewhere
+affects them alike; each figure is the best of ``--repeat`` rounds on a local
+disk (page cache warm).  MB/s are of uncompressed data; ``xN`` is shardvol's
+speed-up.  Run: python benchmarks/bench_zarr3.py
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 
 import numpy as np
 
-from shardvol.kvstore import FileStore
-from shardvol.zarr3 import ZARR_JSON, ArrayMetadata, GzipCodec, ZarrChunkStore, ZstdCodec, create_metadata
+from shardvol import zarr3
+from shardvol.zarr3 import ArrayMetadata, Codec, GzipCodec, ZstdCodec, create_metadata
 
 SHARD = (256, 256, 128)
 INNER = (64, 64, 64)
-CODECS = {"zstd": ZstdCodec(level=3), "gzip": GzipCodec(level=6)}
+CODECS: dict[str, Codec] = {"zstd": ZstdCodec(level=3), "gzip": GzipCodec(level=6)}
+PEERS = ("tensorstore", "zarr-python")
 
 
 def image(shape) -> np.ndarray:
@@ -50,73 +52,17 @@ def segmentation(shape) -> np.ndarray:
     return labels[idx]
 
 
-def chunk_slices(coord):
-    return tuple(slice(c * s, (c + 1) * s) for c, s in zip(coord, INNER))
+# --------------------------------------------------------------------------- the three libraries
 
 
 def shardvol_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
-    store = FileStore(path)
-    store.set(ZARR_JSON, meta.to_bytes())
-    cs = ZarrChunkStore(store, meta)
-    coords = list(itertools.product(*(range(g) for g in cs.grid_shape)))
-
-    def encode(coord):
-        chunk = data[chunk_slices(coord)]  # the shapes here divide evenly: no padding needed
-        return coord, None if cs.codec.is_fill(chunk) else cs.codec.encode(chunk)
-
-    encoded = dict(POOL.map(encode, coords))
-
-    def write_unit(item):
-        unit, members = item
-        put = {c: encoded[c] for c in members if encoded[c] is not None}
-        cs.update_unit(unit, put, [c for c in members if encoded[c] is None], replace=True)
-
-    list(POOL.map(write_unit, cs.units(coords).items()))
+    codecs = meta.sharding.codecs  # type: ignore[union-attr]
+    arr = zarr3.create(path, data.shape, data.dtype, SHARD, INNER, codecs=codecs, overwrite=True)
+    arr[...] = data
 
 
 def shardvol_read(path: str) -> np.ndarray:
-    store = FileStore(path)
-    meta = ArrayMetadata.from_json(store.get(ZARR_JSON))
-    cs = ZarrChunkStore(store, meta)
-    out = np.empty(meta.shape, meta.dtype)
-    coords = list(itertools.product(*(range(g) for g in cs.grid_shape)))
-    encoded = cs.read_chunks(coords)
-
-    def decode(coord):
-        region = out[chunk_slices(coord)]
-        data = encoded.get(coord)
-        if data is None:
-            region[...] = meta.fill_value
-        else:
-            cs.codec.decode(data, out=region)
-
-    list(POOL.map(decode, coords))
-    return out
-
-
-def engine(path: str):
-    from shardvol.chunked import ChunkedArray
-    from shardvol.grid import ChunkGrid
-
-    cs = ZarrChunkStore.open(path)
-    grid = ChunkGrid((0,) * len(cs.shape), cs.shape, cs.chunk_shape)
-    return ChunkedArray(grid=grid, dtype=cs.dtype, store=cs, codec=cs.codec, fill_value=cs.fill_value,
-                        order="C", padded_chunks=True, skip_fill_chunks=True)  # fmt: skip
-
-
-def engine_read(path: str) -> np.ndarray:
-    from shardvol.indexing import normalize_selection
-
-    arr = engine(path)
-    return arr.read(normalize_selection(..., arr.grid.origin, arr.grid.shape))
-
-
-def engine_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
-    from shardvol.indexing import normalize_selection
-
-    ZarrChunkStore.create(path, meta, overwrite=True)
-    arr = engine(path)
-    arr.write(normalize_selection(..., arr.grid.origin, arr.grid.shape), data)
+    return zarr3.open(path, mode="r")[...]
 
 
 def ts_spec(path, meta=None):
@@ -131,7 +77,9 @@ def ts_spec(path, meta=None):
 def ts_write(path, meta, data):
     import tensorstore as ts
 
-    ts.open(ts_spec(path, meta), create=True, delete_existing=True).result()[...].write(data).result()
+    ts.open(ts_spec(path, meta), create=True, delete_existing=True).result()[...].write(
+        data
+    ).result()
 
 
 def ts_read(path):
@@ -157,64 +105,76 @@ def zarr_read(path):
     return zarr.open_array(path, mode="r")[...]
 
 
-def best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+WRITERS = {"shardvol": shardvol_write, "tensorstore": ts_write, "zarr-python": zarr_write}
+READERS = {"shardvol": shardvol_read, "tensorstore": ts_read, "zarr-python": zarr_read}
 
 
-POOL: ThreadPoolExecutor
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Best time of each function over ``rounds`` rounds of calling each once, in turn."""
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def main() -> None:
-    global POOL
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (best is kept)")
     parser.add_argument("--quick", action="store_true", help="256^3 / 256x256x128 volumes")
+    parser.add_argument("--all", action="store_true", help="also gzip segmentation")
     args = parser.parse_args()
-    POOL = ThreadPoolExecutor(args.threads)
     scale = 2 if args.quick else 1
-    volumes = {
-        "image uint8": image((512 // scale,) * 3),
-        "segmentation uint64": segmentation((512 // scale, 512 // scale, 128)),
-    }
+    img = image((512 // scale,) * 3)
+    seg = segmentation((512 // scale, 512 // scale, 128))
+    cases = [
+        ("image uint8", img, "zstd"),
+        ("image uint8", img, "gzip"),
+        ("segmentation uint64", seg, "zstd"),
+    ]
+    if args.all:
+        cases.append(("segmentation uint64", seg, "gzip"))
     tmp = tempfile.mkdtemp(prefix="bench_zarr3_")
-    print(f"shardvol (chunk-level: {args.threads} threads; engine: its default) vs TensorStore vs "
-          f"zarr-python; {os.cpu_count()} cores; best of {args.repeat}; MB/s uncompressed; "
-          f"(xN) = shardvol's speed-up over that peer")  # fmt: skip
+    print(f"shardvol ZarrArray vs TensorStore {_version('tensorstore')} vs zarr-python "
+          f"{_version('zarr')}: full-array reads and writes; shards {SHARD}, inner {INNER}; "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; best of {args.repeat} "
+          f"interleaved rounds; MB/s of uncompressed data; xN = shardvol's speed-up")  # fmt: skip
+    header = f"{'':5} {'case':<19} {'codec':<5} | {'shardvol':>8} | {'tensorstore':>11} {'':>7} | {'zarr-python':>11} {'':>7}"
+    print(header)
     try:
-        for (vname, data), (cname, codec) in itertools.product(volumes.items(), CODECS.items()):
-            meta = create_metadata(data.shape, data.dtype, SHARD, INNER, codecs=[codec])
+        for vname, data, cname in cases:
+            meta = create_metadata(data.shape, data.dtype, SHARD, INNER, codecs=[CODECS[cname]])
             mb = data.nbytes / 1e6
-            paths = {k: os.path.join(tmp, f"{k}-{cname}-{vname.split()[0]}")
-                     for k in ("sv", "engine", "ts", "zarr")}  # fmt: skip
-            w = {
-                "chunk-level": best(lambda: shardvol_write(paths["sv"], meta, data), args.repeat),
-                "engine": best(lambda: engine_write(paths["engine"], meta, data), args.repeat),
-                "tensorstore": best(lambda: ts_write(paths["ts"], meta, data), args.repeat),
-                "zarr-python": best(lambda: zarr_write(paths["zarr"], meta, data), 1),
-            }
+            paths = {k: os.path.join(tmp, f"{k}-{cname}-{vname.split()[0]}") for k in WRITERS}
+            w = interleaved({k: (lambda f=f, p=paths[k], m=meta, d=data: f(p, m, d))
+                             for k, f in WRITERS.items()}, args.repeat)  # fmt: skip
             for path in paths.values():  # every writer's output reads back the same everywhere
-                assert np.array_equal(engine_read(path), data) and np.array_equal(ts_read(path), data)
-            r = {
-                "chunk-level": best(lambda: shardvol_read(paths["ts"]), args.repeat),
-                "engine": best(lambda: engine_read(paths["ts"]), args.repeat),
-                "tensorstore": best(lambda: ts_read(paths["ts"]), args.repeat),
-                "zarr-python": best(lambda: zarr_read(paths["ts"]), 1),
-            }
+                assert np.array_equal(shardvol_read(path), data) and np.array_equal(
+                    ts_read(path), data
+                )
+            source = paths["tensorstore"]
+            r = interleaved(
+                {k: (lambda f=f, s=source: f(s)) for k, f in READERS.items()}, args.repeat
+            )
             for what, t in (("read", r), ("write", w)):
-                for ours in ("chunk-level", "engine"):
-                    line = f"{what:<5} {vname:<19} {cname} shardvol[{ours:<11}] {mb / t[ours]:5.0f} MB/s"
-                    for peer in ("tensorstore", "zarr-python"):
-                        line += f" | {peer} {mb / t[peer]:5.0f} (x{t[peer] / t[ours]:.2f})"
-                    print(line, flush=True)
+                line = f"{what:<5} {vname:<19} {cname:<5} | {mb / t['shardvol']:8.0f}"
+                for peer in PEERS:
+                    line += f" | {mb / t[peer]:11.0f} (x{t[peer] / t['shardvol']:4.2f})"
+                print(line, flush=True)
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        POOL.shutdown()
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
 
 
 if __name__ == "__main__":

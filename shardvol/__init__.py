@@ -3,7 +3,8 @@
 The public API is re-exported here; see README.md for a tour.
 """
 
-from shardvol import errors
+from shardvol import errors, zarr3
+from shardvol.convert import copy
 from shardvol.errors import ShardvolError
 from shardvol.kernels import (
     compressed_morton_code,
@@ -12,7 +13,10 @@ from shardvol.kernels import (
     murmurhash3_x86_128_u64,
 )
 from shardvol.kvstore import KVStore, open_store
+from shardvol.opener import open
 from shardvol.volume import Volume
+from shardvol.downsample import downsample
+from shardvol.zarr3 import ZarrArray
 
 __version__ = "0.1.0"
 
@@ -20,11 +24,16 @@ __all__ = [
     "KVStore",
     "ShardvolError",
     "Volume",
+    "ZarrArray",
     "__version__",
     "compressed_morton_code",
+    "copy",
     "decode_morton_code",
+    "downsample",
     "errors",
     "morton_bits",
     "murmurhash3_x86_128_u64",
+    "open",
     "open_store",
+    "zarr3",
 ]

@@ -106,3 +106,48 @@ def compressed_segmentation_decode(data: bytes, shape, block_size, dtype) -> np.
                         raise ValueError("table index past the end of the table")
                     out[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2], c] = table[idx.astype(np.int64)]
     return out
+def downsample(array: np.ndarray, factor, method: str, phase=(0, 0, 0)) -> np.ndarray:
+    """Pool a 4-D (x, y, z, c) array block by block, as ``ts.downsample`` defines it.
+
+    ``phase`` is the global coordinate of array[0, 0, 0]; blocks are aligned to
+    multiples of ``factor`` in that frame and edge blocks pool only the voxels
+    present.  Integer means round half to even; float means add the block's
+    voxels in x-fastest order in the element type; modes break ties towards
+    the smallest value; stride takes the first voxel present.
+    """
+    factor = [int(f) for f in factor]
+    phase = [int(p) % f for p, f in zip(phase, factor)]
+    shape = [-(-(p + n) // f) if n else 0 for n, f, p in zip(array.shape[:3], factor, phase)]
+    out = np.empty((*shape, array.shape[3]), dtype=array.dtype, order="F")
+    for o in np.ndindex(*shape):
+        block = array[
+            tuple(slice(max(0, i * f - p), (i + 1) * f - p) for i, f, p in zip(o, factor, phase))
+        ]
+        for c in range(array.shape[3]):
+            out[(*o, c)] = _pool_block(block[..., c].ravel(order="F"), method)
+    return out
+
+
+def _pool_block(values: np.ndarray, method: str):
+    if method == "stride":
+        return values[0]
+    if method in ("min", "max"):
+        if values.dtype.kind == "f":
+            kept = values[~np.isnan(values)]
+            if not len(kept):
+                return np.inf if method == "min" else -np.inf
+            # the first of equal values wins (matters for -0.0 / +0.0)
+            best = kept.min() if method == "min" else kept.max()
+            return kept[np.flatnonzero(kept == best)[0]]
+        return values.min() if method == "min" else values.max()
+    if method == "mode":
+        uniq, counts = np.unique(values, return_counts=True)
+        return uniq[np.argmax(counts)]  # unique is sorted: the first maximum is the smallest
+    if values.dtype.kind == "f":
+        acc = values.dtype.type(0)
+        for v in values:
+            acc = values.dtype.type(acc + v)
+        return values.dtype.type(acc / values.dtype.type(len(values)))
+    total, n = sum(int(v) for v in values), len(values)
+    q, r = divmod(total, n)  # floor division: r >= 0
+    return q + (2 * r > n or (2 * r == n and q % 2 == 1))

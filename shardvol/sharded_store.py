@@ -6,8 +6,8 @@ atomically, keeping the chunks that are neither put nor deleted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cached_property
 
 import numpy as np
@@ -105,8 +105,14 @@ class ShardedChunkStore(ChunkStore):
             rewrite_shard(self.kv, self.spec, unit, entries, gone)
         self.reader.invalidate(filename)
 
-    def lock(self, unit: int) -> AbstractContextManager[None]:
-        return self.kv.lock(self.spec.shard_filename(unit))
+    @contextmanager
+    def lock(self, unit: int) -> Iterator[None]:
+        """The shard file's lock; cached indexes of it are dropped once it is held, so a
+        read-modify-write reads what the previous holder (any process) wrote."""
+        filename = self.spec.shard_filename(unit)
+        with self.kv.lock(filename):
+            self.reader.invalidate(filename)
+            yield
 
     def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
         codes = [int(k) for k in self.codes(coords)]

@@ -175,6 +175,11 @@ class Volume:
     def fill_value(self) -> Any:
         return self._options["fill_value"]
 
+    @property
+    def chunked_array(self) -> ChunkedArray:
+        """The chunk engine behind this scale (its grid, chunk store and codec)."""
+        return self._array
+
     def __repr__(self) -> str:
         s = self.scale
         return (f"Volume({self.url!r}, mip={self._mip}, shape={self.shape}, dtype={self.dtype}, "

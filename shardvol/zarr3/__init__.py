@@ -3,9 +3,12 @@
 :class:`ArrayMetadata` is an array's ``zarr.json``; :func:`create_metadata`
 builds one; :class:`ZarrChunkStore` serves its encoded chunks (inner chunks
 when sharded) to the slicing layer, and ``ZarrChunkStore.codec`` encodes and
-decodes them.
+decodes them.  :class:`ZarrArray` (:func:`open`, :func:`create`) is the
+user-facing array: numpy slicing reads and writes.
 """
 
+from shardvol.zarr3.array import ZarrArray, create, open
+from shardvol.zarr3.chunkstore import ZarrChunkStore
 from shardvol.zarr3.codecs import (
     ArrayArrayCodec,
     ArrayBytesCodec,
@@ -22,7 +25,6 @@ from shardvol.zarr3.codecs import (
     is_fill,
     parse_codecs,
 )
-from shardvol.zarr3.sharding import ShardIndex, ShardingCodec, ShardLayout
 from shardvol.zarr3.metadata import (
     DATA_TYPES,
     ZARR_JSON,
@@ -30,7 +32,7 @@ from shardvol.zarr3.metadata import (
     ChunkKeyEncoding,
     create_metadata,
 )
-from shardvol.zarr3.chunkstore import ZarrChunkStore
+from shardvol.zarr3.sharding import ShardIndex, ShardingCodec, ShardLayout
 
 __all__ = [
     "DATA_TYPES",
@@ -51,9 +53,12 @@ __all__ = [
     "ShardLayout",
     "ShardingCodec",
     "TransposeCodec",
+    "ZarrArray",
     "ZarrChunkStore",
     "ZstdCodec",
+    "create",
     "create_metadata",
     "is_fill",
+    "open",
     "parse_codecs",
 ]

@@ -169,7 +169,7 @@ class ZarrChunkStore(ChunkStore):
                 parts = layout.split_shard(data, key)
                 for coord, i in wanted[key].items():
                     if i in parts:
-                        yield coord, bytes(parts[i])
+                        yield coord, parts[i]
                 continue
             index = layout.decode_index(data, key)
             if not want_data:
@@ -187,8 +187,9 @@ class ZarrChunkStore(ChunkStore):
                 raise ShardFormatError(
                     f"{key}: inner chunk bytes [{start}, {stop}) point past the end of the shard"
                 )
+            view = memoryview(data)
             for coord, a, b in members:
-                yield coord, data if (a, b) == (start, stop) else data[a - start : b - start]
+                yield coord, data if (a, b) == (start, stop) else view[a - start : b - start]
 
     def _coalesce(
         self, index: ShardIndex, wanted: dict[ChunkCoord, int]

@@ -16,6 +16,7 @@ Compression comes from well-kept libraries: gzip from :mod:`shardvol.compression
 from __future__ import annotations
 
 import struct
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import crc32c as _crc32c
 import imagecodecs
 import numpy as np
 
-from shardvol.compression import gzip_compress, gzip_decompress
+from shardvol.compression import gzip_compress, gzip_decompress, is_gzip
 from shardvol.errors import (
     ChecksumError,
     ChunkDecodeError,
@@ -37,6 +38,21 @@ from shardvol.errors import (
 )
 
 JSON = Any
+
+_local = threading.local()
+
+
+def scratch(nbytes: int) -> np.ndarray:
+    """This thread's reusable uint8 buffer of ``nbytes`` (contents undefined).
+
+    Reusing one buffer per thread avoids the page faults of a fresh allocation
+    per chunk, which cost as much as the copy itself.  Callers copy out of it
+    before anything else on the thread can use it again.
+    """
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.size < nbytes:
+        buf = _local.buf = np.empty(max(nbytes, 1 << 16), np.uint8)
+    return buf[:nbytes]
 
 
 @dataclass(frozen=True)
@@ -292,8 +308,14 @@ class BytesCodec(ArrayBytesCodec):
         return spec.nbytes
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> np.ndarray:
-        stored = np.ascontiguousarray(array, dtype=self.stored_dtype(spec.dtype))
-        return stored.reshape(-1).view(np.uint8)  # no copy when already laid out
+        """The stored bytes: a view of ``array`` when laid out already, else of this
+        thread's scratch buffer (valid until the thread's next encode)."""
+        stored_dtype = self.stored_dtype(spec.dtype)
+        if array.flags.c_contiguous and array.dtype == stored_dtype:
+            return array.reshape(-1).view(np.uint8)
+        stored = scratch(array.size * stored_dtype.itemsize).view(stored_dtype).reshape(array.shape)
+        np.copyto(stored, array, casting="unsafe")
+        return stored.reshape(-1).view(np.uint8)
 
     def decode(
         self, data: bytes, spec: ChunkSpec, context: str, out: np.ndarray | None = None
@@ -342,6 +364,13 @@ class GzipCodec(BytesBytesCodec):
                 raise ChunkDecodeError(
                     f"{context}: gzip trailer says {trailer} bytes, expected {size}"
                 )
+        if out is not None and size is not None and len(data) >= 18 and is_gzip(data):
+            try:  # straight into the caller's buffer (libdeflate)
+                result = imagecodecs.gzip_decode(data, out=out)
+                if len(result) == size:
+                    return result
+            except Exception:  # noqa: BLE001, S110 - corrupt or multi-member: the checked path says which
+                pass
         return gzip_decompress(bytes(data), context, ChunkDecodeError, size)
 
 
@@ -602,8 +631,12 @@ class CodecChain:
         # only the first bytes -> bytes codec has a known decoded size (the array's bytes)
         size = self._ab.encoded_size(self._ab_spec)
         if self._direct:
-            usable = out is not None and out.flags.c_contiguous and out.dtype == spec.dtype
-            result = out if usable else np.empty(spec.shape, spec.dtype)
+            if out is not None and out.flags.c_contiguous and out.dtype == spec.dtype:
+                result = out
+            elif out is not None:  # decode next to it, then one strided copy into it
+                result = scratch(spec.nbytes).view(spec.dtype).reshape(spec.shape)
+            else:
+                result = np.empty(spec.shape, spec.dtype)
             raw = result.reshape(-1).view(np.uint8)
             for i, codec in enumerate(reversed(self._bb)):
                 first = i == len(self._bb) - 1

@@ -1,0 +1,316 @@
+"""Downsampled scales: mean/mode (min, max, stride) pyramids written in one pass.
+
+``downsample(vol, factor, num_mips)`` adds ``num_mips`` scales to the info file
+and writes them.  Mip ``k`` has resolution ``resolution * factor**k`` and covers
+``[floor(offset / f**k), ceil((offset + size) / f**k))``: pooling blocks are
+aligned to multiples of ``f**k`` in global voxel coordinates, as in
+TensorStore's ``downsample`` and Neuroglancer.
+
+Plan.  Work is split into *stages*; a stage reads one existing scale (the
+source) and produces the next ``m`` scales.  A stage's tasks are the storage
+units (shards of aligned sharding, or chunks) of its coarsest new scale; each
+finer scale's units are owned by the task whose footprint contains their
+first voxel.  So every task writes whole units of every scale it produces and
+no two tasks write the same file.  A task reads its source region once (in
+slabs if it is large), pools every scale of the stage from it in one pass
+(mip k is pooled directly from the source by ``f**k``), buffers the encoded
+chunks, and stores each unit once.  When the buffered output of a deeper
+stage would not fit ``memory_limit``, the coarser scales are produced by a
+following stage whose source is the coarsest scale already written.
+
+Tasks are small picklable descriptions (URL, scale keys, regions), so any
+``concurrent.futures.Executor`` runs them: the default thread pool, a process
+pool, or a Dask cluster's ``client.get_executor()``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from shardvol._parallel import default_parallel
+from shardvol.buffered_store import BufferedChunkStore
+from shardvol.downsample_kernels import METHODS, downsample_pyramid
+from shardvol.errors import InvalidArgumentError
+from shardvol.executor import run_tasks
+from shardvol.indexing import normalize_selection
+from shardvol.sharding import shard_shape
+from shardvol.volume import Volume
+
+Box = tuple[tuple[int, int, int], tuple[int, int, int]]  # (lo, hi), hi exclusive
+
+_SOURCE_OVERHEAD = 2.5  # source array + decode temporaries + pyramid outputs, per source byte
+
+
+def parse_bytes(value: int | str) -> int:
+    """``"2GB"``, ``"512 MiB"``, ``"800k"`` or an int -> bytes."""
+    if isinstance(value, int) and value > 0:
+        return value
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?)(I?)B?\s*", str(value), re.IGNORECASE)
+    if not m or float(m.group(1)) <= 0:
+        raise InvalidArgumentError(f"memory_limit must be a positive size like '2GB', got {value!r}")
+    power = " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Geometry of one scale: voxel offset, end, chunk size, write-unit size (voxels)."""
+
+    key: str
+    lo: tuple[int, int, int]
+    hi: tuple[int, int, int]
+    unit: tuple[int, int, int]
+    chunk: tuple[int, int, int]
+
+    @classmethod
+    def of(cls, vol: Volume) -> "Scale":
+        lo, hi = vol.bounds
+        unit = vol.chunk_size
+        if vol.sharding is not None:
+            unit = shard_shape(vol.sharding, vol.scale.grid_size, vol.chunk_size) or unit
+        return cls(vol.scale.key, lo, hi, unit, vol.chunk_size)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: pool ``source`` into the owned region of each target scale."""
+
+    url: str
+    source: str
+    targets: tuple[str, ...]
+    regions: tuple[Box, ...]  # owned region of each target, in that target's voxels
+    factor: tuple[int, int, int]
+    method: str
+    slabs: int
+    fill_value: Any
+    resume: bool
+    z_grids: tuple[tuple[int, int], ...]  # (voxel offset, chunk size) along z of each target
+
+
+def _owned(footprint: tuple[int, int], lo: int, hi: int, unit: int) -> tuple[int, int]:
+    """Units (of ``unit`` voxels from ``lo``) whose first voxel lies in ``footprint``."""
+    m0 = max(0, -(-(footprint[0] - lo) // unit))
+    m1 = -(-(footprint[1] - lo) // unit)
+    a, b = lo + m0 * unit, min(lo + m1 * unit, hi)
+    return (a, b) if a < b else (a, a)
+
+
+def plan_stage(url: str, source: Scale, targets: Sequence[Scale], factor: Sequence[int],
+               method: str, fill_value: Any, resume: bool, slabs: int) -> list[Task]:
+    """Tasks of one stage: one per unit of the coarsest target (see the module doc)."""
+    m = len(targets)
+    coarse = targets[-1]
+    axes = []
+    for d in range(3):
+        starts = range(coarse.lo[d], coarse.hi[d], coarse.unit[d])
+        axes.append([(a, min(a + coarse.unit[d], coarse.hi[d])) for a in starts])
+    tasks = []
+    for box in product(*axes):
+        regions = []
+        for k, t in enumerate(targets, start=1):
+            scale = [factor[d] ** (m - k) for d in range(3)]
+            lo, hi = [], []
+            for d in range(3):
+                a, b = _owned((box[d][0] * scale[d], box[d][1] * scale[d]),
+                              t.lo[d], t.hi[d], t.unit[d])
+                lo.append(a)
+                hi.append(b)
+            regions.append((tuple(lo), tuple(hi)))
+        if any(all(a < b for a, b in zip(*r)) for r in regions):
+            tasks.append(Task(url, source.key, tuple(t.key for t in targets), tuple(regions),
+                              tuple(factor), method, slabs, fill_value, resume,  # type: ignore[arg-type]
+                              tuple((t.lo[2], t.chunk[2]) for t in targets)))
+    return tasks
+
+
+def _source_box(regions: Sequence[Box], factor: Sequence[int], source: Box) -> Box | None:
+    """The source voxels that the owned regions of mips 1..m pool from (clipped to the source)."""
+    lo = [math.inf] * 3
+    hi = [-math.inf] * 3
+    for k, (a, b) in enumerate(regions, start=1):
+        if any(x >= y for x, y in zip(a, b)):
+            continue
+        for d in range(3):
+            f = factor[d] ** k
+            lo[d] = min(lo[d], max(a[d] * f, source[0][d]))
+            hi[d] = max(hi[d], min(b[d] * f, source[1][d]))
+    if lo[0] is math.inf:
+        return None
+    return tuple(int(v) for v in lo), tuple(int(v) for v in hi)  # type: ignore[return-value]
+
+
+def _nbytes(box: Box, itemsize: int) -> int:
+    return int(np.prod([max(0, b - a) for a, b in zip(*box)])) * itemsize
+
+
+def _z_cuts(a: int, b: int, origin: int, chunk: int, slabs: int) -> list[int]:
+    """``slabs + 1`` cut points from ``a`` to ``b`` on chunk boundaries, evenly spread."""
+    first = origin + -(-(a - origin) // chunk) * chunk
+    bounds = [a, *range(first if first > a else first + chunk, b, chunk), b]
+    return [bounds[round(i * (len(bounds) - 1) / slabs)] for i in range(slabs + 1)]
+
+
+def _slab_boxes(task: Task) -> list[tuple[Box, ...]]:
+    """Split every owned region into ``task.slabs`` pieces along z, cut on its chunk boundaries,
+    so no chunk is written by two slabs."""
+    if task.slabs <= 1:
+        return [task.regions]
+    cuts = [_z_cuts(a[2], b[2], o, c, task.slabs) if a[2] < b[2] else [a[2]] * (task.slabs + 1)
+            for (a, b), (o, c) in zip(task.regions, task.z_grids)]
+    return [
+        tuple(((a[0], a[1], z[i]), (b[0], b[1], z[i + 1])) for (a, b), z in zip(task.regions, cuts))
+        for i in range(task.slabs)
+    ]
+
+
+def run_task(task: Task) -> int:
+    """Execute one task (in any process); returns the number of output voxels written."""
+    src = Volume(task.url, mip=task.source, fill_value=task.fill_value)
+    outs = [src.mip(key) for key in task.targets]
+    if task.resume and all(
+        all(v.exists(_slices(r)).values()) for v, r in zip(outs, task.regions)
+        if all(a < b for a, b in zip(*r))
+    ):
+        return 0
+    arrays = [replace(v.chunked_array, store=BufferedChunkStore(v.chunked_array.store))
+              for v in outs]
+    written = 0
+    for pieces in _slab_boxes(task):
+        box = _source_box(pieces, task.factor, src.bounds)
+        if box is None:
+            continue
+        data = src[_slices(box)]
+        mips = downsample_pyramid(data, task.factor, len(outs), task.method, phase=box[0])
+        for k, (arr, piece, pooled) in enumerate(zip(arrays, pieces, mips), start=1):
+            if any(a >= b for a, b in zip(*piece)):
+                continue
+            start = [box[0][d] // task.factor[d] ** k for d in range(3)]
+            local = tuple(slice(a - s, b - s) for a, b, s in zip(piece[0], piece[1], start))
+            sel = normalize_selection(_slices(piece), arr.grid.origin, arr.grid.shape)
+            arr.write(sel, pooled[local])
+            written += _nbytes(piece, 1)
+    for arr in arrays:
+        arr.store.flush()  # type: ignore[attr-defined]
+    return written
+
+
+def _slices(box: Box) -> tuple[slice, slice, slice]:
+    return tuple(slice(a, b) for a, b in zip(*box))  # type: ignore[return-value]
+
+
+def _validate(vol: Volume, factor: Sequence[int], num_mips: int, method: str) -> tuple[
+        tuple[int, int, int], str]:
+    try:
+        f = tuple(int(v) for v in factor)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"factor must be 3 positive integers, got {factor!r}") from None
+    if len(f) != 3 or any(v < 1 for v in f) or f == (1, 1, 1):
+        raise InvalidArgumentError(
+            f"factor must be 3 positive integers, at least one > 1, got {factor!r}")
+    if not isinstance(num_mips, int) or num_mips < 1:
+        raise InvalidArgumentError(f"num_mips must be a positive integer, got {num_mips!r}")
+    if method == "auto":
+        method = "mode" if vol.layer_type == "segmentation" else "mean"
+    if method not in METHODS:
+        raise InvalidArgumentError(f"method must be 'auto' or one of {METHODS}, got {method!r}")
+    lo, hi = vol.bounds
+    for k in range(1, num_mips + 1):
+        for d in range(3):
+            prev = -(-hi[d] // f[d] ** (k - 1)) - lo[d] // f[d] ** (k - 1)
+            if f[d] > 1 and prev <= 1:
+                raise InvalidArgumentError(
+                    f"mip {k} would shrink axis {'xyz'[d]} below one voxel (it is {prev} voxel "
+                    f"at mip {k - 1}); use fewer mips or factor 1 on that axis")
+    return f, method  # type: ignore[return-value]
+
+
+def add_scales(vol: Volume, factor: Sequence[int], num_mips: int, *, encoding: str | None,
+               chunk_size: Sequence[int] | None, sharding: None | str | dict,
+               overwrite: bool) -> list[Volume]:
+    """Add mips 1..num_mips of ``vol`` to its info file (idempotent for equal parameters)."""
+    lo, hi = vol.bounds
+    out = []
+    for k in range(1, num_mips + 1):
+        f = [factor[d] ** k for d in range(3)]
+        offset = [lo[d] // f[d] for d in range(3)]
+        size = [-(-hi[d] // f[d]) - offset[d] for d in range(3)]
+        out.append(vol.add_scale(
+            resolution=[r * fd for r, fd in zip(vol.resolution, f)], size=size,
+            voxel_offset=offset, chunk_size=chunk_size, encoding=encoding, sharding=sharding,
+            overwrite=overwrite))
+    return out
+
+
+def plan(vol: Volume, targets: list[Volume], factor: Sequence[int], method: str,
+         memory_limit: int, workers: int, resume: bool) -> list[list[Task]]:
+    """Stages of tasks; each stage's per-task memory stays within memory_limit / workers."""
+    budget = memory_limit / max(1, workers)
+    itemsize = vol.dtype.itemsize * vol.num_channels
+    stages = []
+    source, remaining = vol, list(targets)
+    while remaining:
+        src = Scale.of(source)
+        chosen = None
+        for m in range(len(remaining), 0, -1):
+            scales = [Scale.of(t) for t in remaining[:m]]
+            tasks = plan_stage(source.url, src, scales, factor, method, source.fill_value,
+                               resume, 1)
+            out_bytes = max(sum(_nbytes(r, itemsize) for r in t.regions) for t in tasks)
+            if out_bytes <= budget / 2 or m == 1:
+                chosen = (m, scales, tasks)
+                break
+        m, scales, tasks = chosen  # type: ignore[misc]
+        need = max(_nbytes(_source_box(t.regions, factor, (src.lo, src.hi)) or ((0,) * 3,) * 2,
+                           itemsize) for t in tasks)
+        slabs = max(1, math.ceil(need * _SOURCE_OVERHEAD / (budget / 2)))
+        stages.append([replace(t, slabs=slabs) for t in tasks])
+        source, remaining = remaining[m - 1], remaining[m:]
+    return stages
+
+
+def downsample(
+    vol: Volume | str,
+    factor: Sequence[int] = (2, 2, 1),
+    num_mips: int = 3,
+    method: str = "auto",
+    encoding: str | None = None,
+    chunk_size: Sequence[int] | None = None,
+    sharding: None | str | dict = "auto",
+    executor: Executor | None = None,
+    memory_limit: int | str = "2GB",
+    progress: bool = True,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> list[Volume]:
+    """Add and write ``num_mips`` downsampled scales of ``vol`` (at its current mip).
+
+    ``method``: "auto" (mean for images, mode for segmentation), "mean", "mode",
+    "min", "max" or "stride".  ``encoding``, ``chunk_size``, ``sharding``: of
+    the new scales (default: like the source; sharding "auto" gives aligned
+    shards).  ``executor``: None uses a thread pool here; any
+    ``concurrent.futures.Executor`` works (process pool, Dask).  ``memory_limit``
+    bounds the memory of all tasks of the default pool together, or of each
+    task on a user-supplied executor.  ``resume=True`` skips tasks whose output
+    chunks all exist.  Returns the new scales as Volumes, finest first.
+    """
+    if not isinstance(vol, Volume):
+        vol = Volume(vol)
+    f, method = _validate(vol, factor, num_mips, method)
+    limit = parse_bytes(memory_limit)
+    targets = add_scales(vol, f, num_mips, encoding=encoding, chunk_size=chunk_size,
+                         sharding=sharding, overwrite=overwrite)
+    workers = default_parallel() if executor is None else 1
+    stages = plan(vol, targets, f, method, limit, workers, resume)
+    for i, tasks in enumerate(stages, start=1):
+        run_tasks(run_task, tasks, executor, progress=progress,
+                  desc=f"downsample stage {i}/{len(stages)}")
+    return [vol.mip(t.scale.key) for t in targets]
+

@@ -1,0 +1,52 @@
+"""Running planned tasks on any ``concurrent.futures.Executor``, with a progress bar.
+
+Long jobs (copies between formats, downsampling) are split into tasks that each
+own whole output files, described by small picklable objects (URLs, regions,
+parameters; never arrays).  ``executor=None`` runs them on a thread pool of
+this process; a ``ProcessPoolExecutor`` or a Dask cluster's
+``client.get_executor()`` runs the same tasks elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, as_completed
+from typing import TypeVar
+
+from tqdm.auto import tqdm
+
+from shardvol._parallel import default_parallel
+
+T = TypeVar("T")
+
+
+def run_tasks(
+    fn: Callable[[T], object],
+    tasks: Sequence[T],
+    executor: Executor | None = None,
+    *,
+    progress: bool = True,
+    desc: str = "tasks",
+) -> None:
+    """Run ``fn(task)`` for every task on ``executor`` (None: a local thread pool).
+
+    ``fn`` must be a module-level function when the executor pickles work.
+    The first failure is raised once the tasks already running have finished;
+    tasks not yet started are cancelled.
+    """
+    own = executor is None
+    pool: Executor = ThreadPoolExecutor(max_workers=default_parallel()) if own else executor
+    futures: list[Future] = []
+    try:
+        futures = [pool.submit(fn, task) for task in tasks]
+        with tqdm(total=len(futures), desc=desc, unit="task", disable=not progress) as bar:
+            for future in as_completed(futures):
+                future.result()
+                bar.update()
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+    finally:
+        if own:
+            pool.shutdown(wait=True)

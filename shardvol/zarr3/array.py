@@ -1,0 +1,302 @@
+"""ZarrArray: numpy slicing of a Zarr v3 array (sharded with ``sharding_indexed`` or not).
+
+``arr[0:10, 5, ::2]`` reads in the array's own axes (C order by default) and
+``arr[...] = value`` writes any region; both run on the generic chunk engine
+(:mod:`shardvol.chunked`) over a :class:`ZarrChunkStore`.  Shards and chunks
+that are absent read as the fill value; chunks that become all fill are not
+stored, and a shard left with no chunks is deleted.  A write that covers
+only part of a shard reads, merges and rewrites that shard under its lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from shardvol._parallel import default_parallel, run_parallel
+from shardvol.chunked import ChunkedArray
+from shardvol.errors import InvalidArgumentError, ReadOnlyStoreError, ShardvolError
+from shardvol.grid import ChunkGrid
+from shardvol.indexing import AxisSelection, axis_runs, drop_axes, normalize_selection
+from shardvol.kvstore import KVStore, open_store
+from shardvol.zarr3.chunkstore import ZarrChunkStore
+from shardvol.zarr3.codecs import JSON, Codec
+from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata, ChunkKeyEncoding, create_metadata
+
+MODES = ("r", "r+")
+
+
+class ZarrArray:
+    """One Zarr v3 array, sliceable like a numpy array of :attr:`shape` and :attr:`dtype`."""
+
+    def __init__(
+        self,
+        store: ZarrChunkStore,
+        *,
+        mode: str = "r+",
+        order: str = "C",
+        parallel: int | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise InvalidArgumentError(
+                f"mode must be one of {MODES} (use shardvol.zarr3.create for new arrays), got {mode!r}"
+            )
+        if order not in ("C", "F"):
+            raise InvalidArgumentError(f"order must be 'C' or 'F', got {order!r}")
+        self._store = store
+        self._mode = mode
+        meta = store.metadata
+        self._array = ChunkedArray(
+            grid=ChunkGrid((0,) * meta.ndim, meta.shape, store.chunk_shape),
+            dtype=meta.dtype,
+            store=store,
+            codec=store.codec,
+            fill_value=meta.fill_value,
+            order=order,
+            padded_chunks=True,
+            skip_fill_chunks=True,
+            parallel=parallel or 0,
+        )
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def metadata(self) -> ArrayMetadata:
+        """The parsed ``zarr.json``."""
+        return self._store.metadata
+
+    @property
+    def url(self) -> str:
+        return self._store.store.url
+
+    @property
+    def store(self) -> ZarrChunkStore:
+        """The chunk store (encoded chunks by grid coordinate)."""
+        return self._store
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.metadata.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.metadata.ndim
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.metadata.dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """Shape of the smallest stored piece: the inner chunk when sharded (as zarr-python)."""
+        return self._store.chunk_shape
+
+    @property
+    def shards(self) -> tuple[int, ...] | None:
+        """Shape of a shard (the chunk grid's cells), None when unsharded."""
+        return self.metadata.chunk_shape if self._store.sharded else None
+
+    @property
+    def fill_value(self) -> Any:
+        return self.metadata.fill_value
+
+    @property
+    def dimension_names(self) -> tuple[str | None, ...] | None:
+        return self.metadata.dimension_names
+
+    @property
+    def attrs(self) -> dict[str, JSON]:
+        """The ``attributes`` of ``zarr.json`` (a copy; see :meth:`update_attributes`)."""
+        return dict(self.metadata.attributes)
+
+    def update_attributes(self, new: Mapping[str, JSON]) -> None:
+        """Merge ``new`` into the attributes and rewrite ``zarr.json`` (under its lock)."""
+        self._writable(ZARR_JSON)
+        kv = self._store.store
+        with kv.lock(ZARR_JSON):
+            doc = kv.get(ZARR_JSON)
+            meta = ArrayMetadata.from_json(doc, f"{self.url}/{ZARR_JSON}") if doc else self.metadata
+            meta = replace(meta, attributes={**meta.attributes, **new})
+            kv.set(ZARR_JSON, meta.to_bytes())
+        self._store.metadata = meta
+
+    def __repr__(self) -> str:
+        return (
+            f"ZarrArray({self.url!r}, shape={self.shape}, dtype={self.dtype}, chunks={self.chunks}, "
+            f"shards={self.shards}, mode={self._mode!r})"
+        )
+
+    # ----------------------------------------------------------------- slicing
+    def _selection(self, key: Any) -> tuple[AxisSelection, ...]:
+        return normalize_selection(key, (0,) * self.ndim, self.shape, bounded=True)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self._array.read(self._selection(key))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._writable(repr(key))
+        sel = self._selection(key)
+        pieces = self._shard_pieces(sel)
+        if len(pieces) <= 1:
+            self._array.write(sel, value)
+            return
+        # One engine write per shard, several at once, so that encoding overlaps the
+        # file writes (the engine alone encodes every chunk first, then writes); by
+        # default twice the threads, as some of them wait on the storage.
+        arr = self._array.prepare_value(sel, value)
+        threads = self._array.parallel or 2 * default_parallel()
+        drop = drop_axes(sel)
+        run_parallel(
+            lambda piece: self._array.write(piece[0], arr[piece[1]][drop]), pieces, threads
+        )
+
+    def _shard_pieces(
+        self, sel: tuple[AxisSelection, ...]
+    ) -> list[tuple[tuple[AxisSelection, ...], tuple[slice, ...]]]:
+        """The selection cut along shard boundaries: (sub-selection, where its values are)."""
+        if not self._store.sharded:
+            return [(sel, ())]
+        per_axis = []
+        for a, n, shard in zip(sel, self.shape, self.metadata.chunk_shape):
+            per_axis.append([
+                (AxisSelection(r.chunk * shard + r.chunk_slice.start, a.step,
+                               r.out_slice.stop - r.out_slice.start, a.drop), r.out_slice)
+                for r in axis_runs(a, 0, n, shard)
+            ])  # fmt: skip
+        return [
+            (tuple(p[0] for p in combo), tuple(p[1] for p in combo))
+            for combo in itertools.product(*per_axis)
+        ]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        data = self[...]
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def read(self, key: Any = ...) -> np.ndarray:
+        """Same as ``arr[key]``."""
+        return self[key]
+
+    def write(self, key: Any, value: Any) -> None:
+        """Same as ``arr[key] = value``."""
+        self[key] = value
+
+    def _writable(self, what: str) -> None:
+        if self._mode == "r":
+            raise ReadOnlyStoreError(f"cannot write {what} of {self.url}: opened with mode='r'")
+
+
+def open(
+    url_or_store: str | KVStore,
+    mode: str = "r+",
+    *,
+    order: str = "C",
+    parallel: int | None = None,
+) -> ZarrArray:
+    """Open the Zarr v3 array whose ``zarr.json`` is at ``url_or_store``.
+
+    ``mode``: "r" (read only) or "r+" (read and write).  ``order``: memory
+    layout of the arrays reads return.  ``parallel``: decode/encode threads
+    (default: one per core).  InfoError if there is no array there.
+    """
+    return ZarrArray(ZarrChunkStore.open(url_or_store), mode=mode, order=order, parallel=parallel)
+
+
+def create(
+    url_or_store: str | KVStore,
+    shape: Sequence[int],
+    dtype: Any,
+    chunk_shape: Sequence[int],
+    inner_chunk_shape: Sequence[int] | None = None,
+    *,
+    codecs: Sequence[Codec | JSON] | None = None,
+    index_codecs: Sequence[Codec | JSON] | None = None,
+    index_location: str = "end",
+    fill_value: Any = 0,
+    dimension_names: Sequence[str | None] | None = None,
+    attributes: Mapping[str, JSON] | None = None,
+    chunk_key_encoding: str = "default",
+    separator: str | None = None,
+    overwrite: bool = False,
+    order: str = "C",
+    parallel: int | None = None,
+) -> ZarrArray:
+    """Create a new array and open it for reading and writing.
+
+    ``chunk_shape`` is the chunk grid: the shard shape when ``inner_chunk_shape``
+    is given (the array is then sharded with inner chunks of that shape, which
+    must divide it), else the chunk shape.  ``codecs`` are the (inner) chunk
+    codecs as objects, JSON objects or names ("zstd", "gzip", "blosc",
+    "crc32c", "transpose" objects...), default ``bytes`` + ``zstd``;
+    ``index_codecs`` default ``bytes`` + ``crc32c``; ``index_location``
+    "end" or "start".  With ``overwrite=True`` an existing array at the URL is
+    replaced and its chunks deleted; otherwise AlreadyExistsError.
+    """
+    meta = create_metadata(
+        shape,
+        dtype,
+        chunk_shape,
+        inner_chunk_shape,
+        codecs=codecs,
+        index_codecs=index_codecs,
+        index_location=index_location,
+        fill_value=fill_value,
+        dimension_names=dimension_names,
+        chunk_key_encoding=chunk_key_encoding,
+        separator=separator,
+        attributes=attributes,
+    )
+    kv = open_store(url_or_store)
+    with kv.lock(ZARR_JSON):
+        if overwrite:
+            delete_chunks(kv)
+        store = ZarrChunkStore.create(kv, meta, overwrite=overwrite)
+    return ZarrArray(store, mode="r+", order=order, parallel=parallel)
+
+
+def delete_chunks(kv: KVStore) -> None:
+    """Delete the stored chunks (shards) of the array whose ``zarr.json`` is in ``kv``, if any."""
+    doc = kv.get(ZARR_JSON)
+    if doc is None:
+        return
+    try:
+        meta = ArrayMetadata.from_json(doc, f"{kv.url}/{ZARR_JSON}")
+        encoding, ndim = meta.chunk_key_encoding, meta.ndim
+    except ShardvolError:  # an unreadable array: its chunks are still named one of the two ways
+        encoding, ndim = None, None
+    encodings = (
+        [encoding]
+        if encoding
+        else [ChunkKeyEncoding("default", s) for s in "/."]
+        + [ChunkKeyEncoding("v2", s) for s in "./"]
+    )
+    for key in kv.list(""):
+        if any(_is_chunk_key(e, key, ndim) for e in encodings):
+            kv.delete(key)
+
+
+def _is_chunk_key(encoding: ChunkKeyEncoding, key: str, ndim: int | None) -> bool:
+    parts = key.split(encoding.separator)
+    n = len(parts) - (encoding.name == "default") if ndim is None else ndim
+    try:
+        encoding.coords(key, n)
+    except InvalidArgumentError:
+        return False
+    return True
+
+
+__all__ = ["ZarrArray", "create", "open"]

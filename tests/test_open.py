@@ -1,0 +1,57 @@
+"""shardvol.open: a precomputed Volume or a ZarrArray, by what is stored at the URL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import shardvol
+from shardvol import Volume, ZarrArray
+from shardvol.errors import InfoError, ReadOnlyStoreError
+from shardvol.kvstore import FileStore
+
+from .oracles import data_path, ts_read
+from .zarr3_util import ts_read as ts_read_zarr
+
+GOLDEN_ZARR = data_path(
+    "google__neuroglancer__zarr3_from_zarrita",
+    "data.zarr",
+    "3d.chunked.mixed.compressed.sharded.i2",
+)
+
+
+def test_precomputed_is_a_volume_with_options():
+    path = data_path("google__tensorstore__golden_raw_uint16_4ch")
+    vol = shardvol.open(path, fill_value=0, bounded=False)
+    assert isinstance(vol, Volume) and vol.shape == (10, 99, 98, 4)
+    assert np.array_equal(vol[...], ts_read(path))
+    assert vol[0:2, 2:3, 3:4].shape == (2, 1, 1, 4)  # bounded=False: outside reads as fill
+    assert isinstance(shardvol.open("precomputed://" + path, mip=0), Volume)
+
+
+def test_zarr_array_is_a_zarrarray_with_options(tmp_path):
+    arr = shardvol.open(GOLDEN_ZARR, mode="r")
+    assert isinstance(arr, ZarrArray)
+    assert np.array_equal(arr[...], ts_read_zarr(GOLDEN_ZARR))
+    with pytest.raises(ReadOnlyStoreError):
+        arr[0, 0, 0] = 1
+    assert isinstance(shardvol.open("zarr3://" + GOLDEN_ZARR, mode="r"), ZarrArray)
+    assert shardvol.open(GOLDEN_ZARR, mode="r", order="F")[...].flags.f_contiguous
+
+
+def test_neither_names_what_was_looked_for(tmp_path):
+    with pytest.raises(InfoError, match=r"'info' file or a Zarr v3 'zarr.json'"):
+        shardvol.open(str(tmp_path))
+    with pytest.raises(InfoError, match=r"looked for a Zarr v3 'zarr.json'"):
+        shardvol.open("zarr3://" + data_path("google__tensorstore__golden_raw_uint16_4ch"))
+    with pytest.raises(InfoError, match="Zarr v2"):
+        shardvol.open(
+            data_path("scalableminds__webknossos-libs__simple_zarr_dataset", "color", "1-1-1")
+        )
+    store = FileStore(str(tmp_path / "group"))
+    store.set("zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
+    with pytest.raises(InfoError, match="node_type is 'group'"):
+        shardvol.open(store.root)
+    store.set("zarr.json", b"{not json")
+    with pytest.raises(InfoError, match="not valid JSON"):
+        shardvol.open(store.root)
