@@ -30,7 +30,7 @@ import time
 import numpy as np
 import pytest
 
-from shardvol import Volume
+from shardvol import Volume, downsample
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,30 +91,18 @@ def make_data() -> tuple[np.ndarray, np.ndarray]:
     return image, seg
 
 
-# TODO(downsample): switch to shardvol.downsample once it is on main; until then the
-# coarser scales are built here with numpy pooling (mean 2x2x1 for the image, the
-# top-left voxel of each 2x2x1 block for the segmentation).
-def _mean_2x2(a: np.ndarray) -> np.ndarray:
-    a = a[: a.shape[0] // 2 * 2, : a.shape[1] // 2 * 2].astype(np.uint16)
-    return ((a[0::2, 0::2] + a[1::2, 0::2] + a[0::2, 1::2] + a[1::2, 1::2] + 2) // 4).astype(np.uint8)
-
-
 def write_volumes(root: str, image: np.ndarray, seg: np.ndarray) -> None:
+    """Mip 0 of both with the sharding specs above, coarser scales by shardvol.downsample."""
     vol = Volume.create(os.path.join(root, "image"), size=SIZE, data_type="uint8",
                         resolution=RESOLUTION, chunk_size=(64, 64, 16), encoding="jpeg",
                         jpeg_quality=95, sharding=IMAGE_SHARDING)
     vol[...] = image[..., None]
-    level = image
-    for mip in (1, 2):
-        level = _mean_2x2(level)
-        scale = vol.add_scale((4 * 2**mip, 4 * 2**mip, 40), level.shape, sharding="auto")
-        scale[...] = level[..., None]
+    downsample(vol, factor=(2, 2, 1), num_mips=2, sharding="auto", progress=False)  # mean
     labels = Volume.create(os.path.join(root, "seg"), size=SIZE, type="segmentation",
                            data_type="uint64", resolution=RESOLUTION, chunk_size=(64, 64, 16),
                            encoding="compressed_segmentation", sharding=SEG_SHARDING)
     labels[...] = seg[..., None]
-    coarse = seg[::2, ::2]
-    labels.add_scale((8, 8, 40), coarse.shape, sharding="auto")[...] = coarse[..., None]
+    downsample(labels, factor=(2, 2, 1), num_mips=1, sharding="auto", progress=False)  # mode
 
 
 # --------------------------------------------------------------- server
