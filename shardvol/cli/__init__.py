@@ -1,7 +1,10 @@
 """The ``shardvol`` command.
 
-Each subcommand is a module of this package exposing ``register(subparsers)``; the
-module names are listed in :data:`COMMANDS` (adding a subcommand is one line there).
+Each subcommand is a module of this package whose ``register(subparsers)`` adds it with
+:func:`shardvol.cli.common.command` (name, ``run(args) -> exit code``, help) and its
+arguments.  The module names are listed in :data:`COMMANDS`: adding a subcommand is one
+line there.  ``run`` raises ShardvolError/OSError for failures (one line, exit 1) and
+:class:`~shardvol.cli.common.UsageError` for bad argument combinations (exit 2).
 """
 
 from __future__ import annotations
