@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from shardvol.cli.common import UsageError, command, info
+from shardvol.cli.common import UsageError, command, note
 
 _CHECKOUT_BENCHMARKS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
@@ -66,10 +66,10 @@ def run(args: argparse.Namespace) -> int:
         cmd = [sys.executable, path]
         if args.quick and _accepts_quick(path):
             cmd.append("--quick")
-        info(args, f"==> {name}: {' '.join(cmd)}")
+        note(args, f"==> {name}: {' '.join(cmd)}")
         t0 = time.perf_counter()
         code = subprocess.call(cmd)
-        info(args, f"<== {name}: exit {code} after {time.perf_counter() - t0:.0f} s")
+        note(args, f"<== {name}: exit {code} after {time.perf_counter() - t0:.0f} s")
         if code != 0:
             failed.append(name)
     if failed:

@@ -41,7 +41,7 @@ def progress(items: Iterable[T], quiet: bool, **kwargs: Any) -> Iterator[T]:
     return iter(tqdm(items, disable=quiet, file=sys.stderr, dynamic_ncols=True, **kwargs))
 
 
-def info(args: argparse.Namespace, message: str) -> None:
+def note(args: argparse.Namespace, message: str) -> None:
     """An informational message on stderr (silenced by --quiet)."""
     if not args.quiet:
         print(message, file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardvol.cli.common import command, info, positive_int, sharding_arg
+from shardvol.cli.common import command, note, positive_int, sharding_arg
 from shardvol.info import DATA_TYPES, ENCODINGS, VOLUME_TYPES
 from shardvol.volume import Volume
 
@@ -56,5 +56,5 @@ def run(args: argparse.Namespace) -> int:
         sharding=args.sharding,
         overwrite=args.overwrite,
     )
-    info(args, f"created {vol!r}")
+    note(args, f"created {vol!r}")
     return 0

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.cli.common import command, info, positive_int, progress
+from shardvol.cli.common import command, note, positive_int, progress
 from shardvol.errors import ShardvolError
 from shardvol.kvstore import url_scheme
 from shardvol.volume import Volume
@@ -102,10 +102,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"DIFFERENT scale {scale.scale.key} [{bounds}]: "
                       f"{describe_difference(ours, theirs, region)}")
         failures += bad
-        info(args, f"scale {scale.scale.key}: {len(regions) - bad} of {len(regions)} regions "
+        note(args, f"scale {scale.scale.key}: {len(regions) - bad} of {len(regions)} regions "
                    "identical to TensorStore")
     if failures:
         print(f"{failures} region(s) differ from TensorStore")
         return 1
-    info(args, "OK: every region read the same with shardvol and TensorStore")
+    note(args, "OK: every region read the same with shardvol and TensorStore")
     return 0
