@@ -302,8 +302,10 @@ def test_bench_runs_scripts_and_passes_quick(capsys, tmp_path):
     (tmp_path / "bench_b.py").write_text(
         f"import sys; open({str(record)!r}, 'a').write('b ' + ' '.join(sys.argv[1:]) + '\\n')\n")
     (tmp_path / "bench_c.py").write_text("raise SystemExit(3)\n")
-    code, _, err = run_cli(capsys, "bench", "--dir", str(tmp_path), "--quick", "a", "b")
-    assert code == 0 and record.read_text() == "a --quick\nb \n"
+    (tmp_path / "bench_d.py").write_text(  # the scripts import the command's own shardvol
+        f"import shardvol; assert shardvol.__file__ == {shardvol.__file__!r}\n")
+    code, _, err = run_cli(capsys, "bench", "--dir", str(tmp_path), "--quick", "a", "b", "d")
+    assert code == 0 and record.read_text() == "a --quick\nb \n", err
     code, _, err = run_cli(capsys, "bench", "--dir", str(tmp_path))
     assert code == 1 and "benchmark(s) failed: c" in err
     code, _, err = run_cli(capsys, "bench", "--dir", str(tmp_path), "nosuch")

@@ -15,8 +15,9 @@ from typing import Any
 
 from shardvol.cli.common import UsageError, command, note
 
-_CHECKOUT_BENCHMARKS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
+# the directory holding the shardvol package this command runs (a checkout, or site-packages)
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CHECKOUT_BENCHMARKS = os.path.join(_PACKAGE_PARENT, "benchmarks")
 
 
 def register(subparsers: Any) -> None:
@@ -61,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(scripts))
         return 0
     chosen = {n: p for n, p in scripts.items() if not args.names or n in args.names}
+    # the scripts import the same shardvol as this command, installed or not
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p))
     failed = []
     for name, path in chosen.items():
         cmd = [sys.executable, path]
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             cmd.append("--quick")
         note(args, f"==> {name}: {' '.join(cmd)}")
         t0 = time.perf_counter()
-        code = subprocess.call(cmd)
+        code = subprocess.call(cmd, env=env)
         note(args, f"<== {name}: exit {code} after {time.perf_counter() - t0:.0f} s")
         if code != 0:
             failed.append(name)
