@@ -337,3 +337,26 @@ def test_serve_command(tmp_path, quiet):
     else:
         assert err.splitlines() == ['127.0.0.1 "GET /em/raw/info" 200 ' +
                                     str(os.path.getsize(tmp_path / "em" / "raw" / "info"))]
+
+
+def test_downsample_and_cp_commands(tmp_path):
+    """The downsample and cp subcommands, checked with TensorStore."""
+    src = str(tmp_path / "vol")
+    vol = Volume.create(src, size=(40, 30, 10), chunk_size=(16, 16, 8), data_type="uint16",
+                        resolution=(4, 4, 40))
+    data = np.random.default_rng(0).integers(0, 999, vol.shape).astype(np.uint16)
+    vol[...] = data
+    assert main(["-q", "downsample", src, "--factor", "2", "2", "1", "--mips", "2",
+                 "--method", "max"]) == 0
+    base = ts.open({"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file",
+                    "path": src}, "scale_index": 0}).result()
+    want = ts.downsample(base, [4, 4, 1, 1], "max").read().result()
+    np.testing.assert_array_equal(Volume(src, mip=2)[...], want)
+    dst = str(tmp_path / "copy.zarr")
+    assert main(["-q", "cp", src, dst]) == 0
+    arr = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": dst}}).result()
+    np.testing.assert_array_equal(arr.read().result(), data)
+    assert main(["-q", "cp", src, dst]) == 1  # exists, no --overwrite: one-line error
+    with pytest.raises(SystemExit) as exc:  # argparse usage error
+        main(["-q", "downsample", src, "--factor", "0", "2", "1"])
+    assert exc.value.code == 2

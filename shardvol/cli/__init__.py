@@ -25,6 +25,8 @@ COMMANDS: tuple[str, ...] = (
     "verify",
     "serve",
     "bench",
+    "downsample",
+    "cp",
 )
 
 

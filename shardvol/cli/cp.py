@@ -1,0 +1,44 @@
+"""``shardvol cp SRC DST``: copy a precomputed scale or Zarr v3 array, converting on the way.
+
+Re-chunks, re-encodes, shards or unshards, across stores and formats
+(precomputed <-> Zarr v3 sharded), streaming whole output shards in parallel.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from shardvol.cli.common import command, note, positive_int, sharding_arg
+from shardvol.convert import copy
+from shardvol.info import ENCODINGS
+
+
+def register(subparsers: Any) -> None:
+    p = command(subparsers, "cp", run, help="copy/convert a volume (precomputed, zarr3)",
+                description=__doc__ + "\n\nexamples:\n  shardvol cp /data/em /data/em.zarr\n"
+                "  shardvol cp /data/em.zarr /data/em2 --encoding jpeg --sharding auto")
+    p.add_argument("src", help="source volume or array (path or URL)")
+    p.add_argument("dst", help="destination (path or URL)")
+    p.add_argument("--mip", type=int, default=0, help="scale of a precomputed source (0)")
+    p.add_argument("--format", choices=("precomputed", "zarr3"),
+                   help="output format (default: from DST; *.zarr means zarr3)")
+    p.add_argument("--encoding", choices=ENCODINGS, help="precomputed output encoding")
+    p.add_argument("--sharding", type=sharding_arg, default="auto", metavar="auto|none|JSON",
+                   help="shard the output: auto (default), none, or a precomputed JSON spec")
+    p.add_argument("--chunk-size", type=positive_int, nargs="+", metavar="N",
+                   help="output chunk size (precomputed) or shard shape (zarr3)")
+    p.add_argument("--inner-chunk-shape", type=positive_int, nargs="+", metavar="N",
+                   help="zarr3 inner chunk shape")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing destination")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = copy(
+        args.src, args.dst, mip=args.mip, format=args.format, encoding=args.encoding,
+        sharding=args.sharding, chunk_size=args.chunk_size,
+        inner_chunk_shape=args.inner_chunk_shape, progress=not args.quiet,
+        overwrite=args.overwrite,
+    )
+    note(args, f"copied {args.src} -> {out!r}")
+    return 0
