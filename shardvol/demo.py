@@ -35,6 +35,28 @@ def _tensorstore_read(path: str, scale_index: int = 0) -> np.ndarray | None:
     return ts.open(spec).result().read().result()
 
 
+def _tensorstore_downsample(path: str, factor, method: str) -> np.ndarray | None:
+    try:
+        import tensorstore as ts
+    except ImportError:
+        return None
+    spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": path}}
+    return ts.downsample(ts.open(spec).result(), [*factor, 1], method).read().result()
+
+
+def _check_pyramid(path: str, mips, factor, method: str) -> None:
+    for k, mip in enumerate(mips, start=1):
+        f = [v**k for v in factor]
+        ours = mip[...]
+        theirs = _tensorstore_downsample(path, f, method)
+        if theirs is None:
+            print(f"  mip {k} {mip.scale.key}: {ours.shape[:3]} (TensorStore not installed)")
+            continue
+        assert np.array_equal(ours, theirs), f"mip {k} differs from tensorstore.downsample"
+        print(f"  mip {k} {mip.scale.key}: {ours.shape[:3]}, equal to "
+              f"tensorstore.downsample(mip 0, {f}, {method!r}): OK")
+
+
 def _check(name: str, ours: np.ndarray, model: np.ndarray, path: str, scale_index: int = 0) -> None:
     assert np.array_equal(ours, model), f"{name}: shardvol read differs from what was written"
     theirs = _tensorstore_read(path, scale_index)
@@ -67,6 +89,9 @@ def image_demo(workdir: str) -> None:
     cut = vol[150:200, 20:90, 0:10]
     assert np.array_equal(cut, model[50:100, 20:90, 20:30])
     print(f"  cutout vol[150:200, 20:90, 0:10] -> {cut.shape} {cut.dtype} (x, y, z, c), Fortran order")
+    mips = _timed("downsample: 3 mips (2, 2, 1), mean, sharded",
+                  lambda: shardvol.downsample(vol, (2, 2, 1), 3, progress=False), model.nbytes)
+    _check_pyramid(path, mips, (2, 2, 1), "mean")
 
 
 def segmentation_demo(workdir: str) -> None:
@@ -86,6 +111,9 @@ def segmentation_demo(workdir: str) -> None:
     _timed("write the whole volume", lambda: vol.__setitem__(np.s_[...], model), model.nbytes)
     out = _timed("read the whole volume", lambda: vol[...], model.nbytes)
     _check("segmentation", out, model, path)
+    mips = _timed("downsample: 2 mips (2, 2, 2), mode", lambda: shardvol.downsample(
+        vol, (2, 2, 2), 2, sharding=None, progress=False), model.nbytes)
+    _check_pyramid(path, mips, (2, 2, 2), "mode")
 
 
 def run(workdir: str) -> None:
