@@ -13,7 +13,8 @@ a shard that must be kept).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from functools import cached_property
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -30,13 +31,24 @@ from shardvol.indexing import (
     selection_in_domain,
 )
 
-_MAX_BATCH = 64
+_MAX_BATCH = 64  # chunks
+_BATCHES_PER_THREAD = 8  # enough for the threads to finish together
 
 class ChunkCodec(Protocol):
     def encode(self, array: np.ndarray) -> bytes: ...
 
     def decode(
         self, data: bytes, shape: tuple[int, ...], dtype: Any, out: np.ndarray | None = None,
+        context: str = "",
+    ) -> np.ndarray: ...
+
+
+@runtime_checkable
+class RegionCodec(ChunkCodec, Protocol):
+    """A codec that can decode a box of a chunk (``region``: slices of step 1) into ``out``."""
+
+    def decode_region(
+        self, data: bytes, shape: tuple[int, ...], region: tuple[slice, ...], out: np.ndarray,
         context: str = "",
     ) -> np.ndarray: ...
 
@@ -64,6 +76,10 @@ class ChunkedArray:
     def _threads(self) -> int:
         return self.parallel or default_parallel()
 
+    @cached_property
+    def _decodes_regions(self) -> bool:
+        return isinstance(self.codec, RegionCodec)
+
     def encoded_shape(self, coord: ChunkCoord) -> tuple[int, ...]:
         return self.grid.chunk_shape if self.padded_chunks else self.grid.chunk_extent(coord)
 
@@ -78,14 +94,30 @@ class ChunkedArray:
             out = np.full(shape, self.fill_value, self.dtype, order=self.order)
         parts = chunk_parts(sel, self.grid)
         if parts:
-            threads = self._threads()
-
-            def fetch_and_decode(batch: list[ChunkPart]) -> None:
-                data = self.store.read_chunks([p.coord for p in batch])
-                run_parallel(lambda p: self._decode_part(p, data.get(p.coord), out), batch, threads)
-
-            run_parallel(fetch_and_decode, self._batches(parts), threads)
+            self._read_parts(parts, out)
         return out[drop_axes(sel)]
+
+    def _read_parts(self, parts: list[ChunkPart], out: np.ndarray) -> None:
+        """Fetch and decode ``parts`` into ``out``, batches in parallel.
+
+        The chunks of a batch are decoded in parallel too only when there are too few
+        batches to keep every thread busy; otherwise each batch streams its chunks (a
+        hand-off to another thread costs more than decoding a chunk still in the CPU cache).
+        """
+        threads = self._threads()
+        batches = self._batches(parts)
+        by_coord = {p.coord: p for p in parts}
+
+        def fetch_and_decode(batch: list[ChunkPart]) -> None:
+            coords = [p.coord for p in batch]
+            if len(batches) < threads:
+                data = self.store.read_chunks(coords)
+                run_parallel(lambda p: self._decode_part(p, data.get(p.coord), out), batch, threads)
+            else:
+                for coord, blob in self.store.iter_chunks(coords):
+                    self._decode_part(by_coord[coord], blob, out)
+
+        run_parallel(fetch_and_decode, batches, threads)
 
     def _batches(self, parts: list[ChunkPart]) -> list[list[ChunkPart]]:
         """Parts grouped by storage unit; small units are combined up to a batch size.
@@ -93,7 +125,7 @@ class ChunkedArray:
         A unit is never split, so a shard's index and data ranges are fetched once.
         """
         by_coord = {p.coord: p for p in parts}
-        target = max(1, min(_MAX_BATCH, len(parts) // (4 * self._threads())))
+        target = max(1, min(_MAX_BATCH, len(parts) // (_BATCHES_PER_THREAD * self._threads())))
         batches: list[list[ChunkPart]] = []
         current: list[ChunkPart] = []
         for members in self.store.units(list(by_coord)).values():
@@ -116,6 +148,8 @@ class ChunkedArray:
         context = self.store.describe(p.coord)
         if p.full and view.shape == shape:
             self.codec.decode(blob, shape, self.dtype, out=view, context=context)
+        elif self._decodes_regions and all(s.step == 1 for s in p.chunk_sel):
+            self.codec.decode_region(blob, shape, p.chunk_sel, view, context)  # type: ignore[attr-defined]
         else:
             chunk = self.codec.decode(blob, shape, self.dtype, context=context)
             view[...] = chunk[p.chunk_sel]

@@ -6,7 +6,7 @@ chunk wide, so the generic engine can treat a scale as an (x, y, z, c) array.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
 from shardvol.chunkstore import ChunkCoord, ChunkStore
@@ -43,10 +43,26 @@ class UnshardedChunkStore(ChunkStore):
             gz = self.kv.get_many([keys[i] + ".gz" for i in missing])
             for i, blob in zip(missing, gz):
                 if blob is not None:
-                    found[coords[i]] = gzip_decompress(
-                        blob, f"chunk {self.kv.url}/{keys[i]}.gz", ChunkDecodeError
-                    )
+                    found[coords[i]] = self._gunzip(blob, keys[i])
         return found
+
+    def iter_chunks(
+        self, coords: Sequence[ChunkCoord]
+    ) -> Iterator[tuple[ChunkCoord, bytes | None]]:
+        """Local stores: one file at a time; remote ones: concurrent requests first."""
+        if not self.kv.local:
+            yield from super().iter_chunks(coords)
+            return
+        for c in coords:
+            key = chunk_key(self.grid, c)
+            blob = self.kv.get(key)
+            if blob is None:
+                gz = self.kv.get(key + ".gz")
+                blob = None if gz is None else self._gunzip(gz, key)
+            yield c, blob
+
+    def _gunzip(self, blob: bytes, key: str) -> bytes:
+        return gzip_decompress(blob, f"chunk {self.kv.url}/{key}.gz", ChunkDecodeError)
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, list[ChunkCoord]]:
         return {c: [c] for c in coords}

@@ -95,6 +95,9 @@ class KVStore(ABC):
 
     url: str
     read_only: bool = False
+    #: Reads are memory or page-cache copies (no network round trip): reading values one
+    #: at a time, in the thread that uses them, is then cheaper than fanning out requests.
+    local: bool = False
 
     @abstractmethod
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:

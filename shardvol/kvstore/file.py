@@ -48,6 +48,8 @@ def path_from_url(url: str) -> str:
 class FileStore(KVStore):
     """Values as files below a root directory."""
 
+    local = True
+
     def __init__(self, root: str, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.path.expanduser(path_from_url(root)))
         self.url = "file://" + self.root

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from shardvol.errors import ByteRangeError, ShardFormatError
-from shardvol.kvstore import FileStore, KVStore, MemoryStore, PrefixStore, open_store
+from shardvol.kvstore import KVStore, open_store
 from shardvol.sharding.index import (
     EMPTY_MINISHARD,
     MinishardIndex,
@@ -115,7 +115,7 @@ class ShardReader:
         self.shard_index_cache = LRU(shard_index_cache_size)
         self.minishard_index_cache = LRU(minishard_index_cache_size)
         if coalesce_gap is None:
-            coalesce_gap = LOCAL_COALESCE_GAP if _is_local(self.store) else REMOTE_COALESCE_GAP
+            coalesce_gap = LOCAL_COALESCE_GAP if self.store.local else REMOTE_COALESCE_GAP
         self.coalesce_gap = int(coalesce_gap)
         self.max_read = int(max_read)
 
@@ -412,12 +412,6 @@ class ShardReader:
                 if message is not None:
                     raise ShardFormatError(message) from e
             raise ShardFormatError(f"shard file shorter than its index says: {e}") from e
-
-
-def _is_local(store: KVStore) -> bool:
-    while isinstance(store, PrefixStore):
-        store = store.base
-    return isinstance(store, (FileStore, MemoryStore))
 
 
 def _first_past_end(key: str, size: int, ranges: Iterable) -> str | None:
