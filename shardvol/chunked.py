@@ -1,8 +1,9 @@
 """Reads and writes of numpy selections over a chunk store: the engine behind Volume and zarr3.
 
 Reads: selection -> chunk parts -> batches (grouped by storage unit) -> each
-batch fetched with one ``read_chunks`` call and decoded, in parallel threads,
-straight into the output where a chunk is fully selected.
+batch streamed by one ``iter_chunks`` call, in parallel threads, every chunk
+decoded as it arrives, straight into the output (only the selected box of a
+partially selected chunk, when the codec can).
 
 Writes: fully covered chunks are encoded in parallel without reading; then each
 storage unit (chunk file or shard) is updated once, holding its lock whenever
@@ -31,7 +32,8 @@ from shardvol.indexing import (
     selection_in_domain,
 )
 
-_MAX_BATCH = 64  # chunks
+_MIN_BATCH = 8  # chunks: a batch costs about as much as decoding a few small chunks
+_MAX_BATCH = 64
 _BATCHES_PER_THREAD = 8  # enough for the threads to finish together
 
 class ChunkCodec(Protocol):
@@ -100,52 +102,51 @@ class ChunkedArray:
     def _read_parts(self, parts: list[ChunkPart], out: np.ndarray) -> None:
         """Fetch and decode ``parts`` into ``out``, batches in parallel.
 
-        The chunks of a batch are decoded in parallel too only when there are too few
-        batches to keep every thread busy; otherwise each batch streams its chunks (a
-        hand-off to another thread costs more than decoding a chunk still in the CPU cache).
+        Each batch streams its chunks, decoding each as soon as it is read (a hand-off
+        to another thread costs more than decoding a chunk still in the CPU cache).
         """
         threads = self._threads()
-        batches = self._batches(parts)
         by_coord = {p.coord: p for p in parts}
 
-        def fetch_and_decode(batch: list[ChunkPart]) -> None:
-            coords = [p.coord for p in batch]
-            if len(batches) < threads:
-                data = self.store.read_chunks(coords)
-                run_parallel(lambda p: self._decode_part(p, data.get(p.coord), out), batch, threads)
-            else:
-                for coord, blob in self.store.iter_chunks(coords):
-                    self._decode_part(by_coord[coord], blob, out)
+        def fetch_and_decode(batch: list[ChunkCoord]) -> None:
+            for coord, blob, name in self.store.iter_chunks(batch):
+                self._decode_part(by_coord[coord], blob, name, out)
 
-        run_parallel(fetch_and_decode, batches, threads)
+        run_parallel(fetch_and_decode, self._batches(list(by_coord), threads), threads)
 
-    def _batches(self, parts: list[ChunkPart]) -> list[list[ChunkPart]]:
-        """Parts grouped by storage unit; small units are combined up to a batch size.
+    def _batches(self, coords: list[ChunkCoord], threads: int) -> list[list[ChunkCoord]]:
+        """Coordinates grouped by storage unit, small units combined up to a batch size.
 
-        A unit is never split, so a shard's index and data ranges are fetched once.
+        A unit (shard) is split only when there are fewer batches than threads, so a
+        shard's index and data are normally fetched by one request per batch.
         """
-        by_coord = {p.coord: p for p in parts}
-        target = max(1, min(_MAX_BATCH, len(parts) // (_BATCHES_PER_THREAD * self._threads())))
-        batches: list[list[ChunkPart]] = []
-        current: list[ChunkPart] = []
-        for members in self.store.units(list(by_coord)).values():
+        n = len(coords)
+        target = min(_MAX_BATCH, max(_MIN_BATCH, -(-n // (_BATCHES_PER_THREAD * threads))))
+        batches: list[list[ChunkCoord]] = []
+        current: list[ChunkCoord] = []
+        for members in self.store.units(coords).values():
             if current and len(current) + len(members) > target:
                 batches.append(current)
                 current = []
-            current.extend(by_coord[c] for c in members)
+            current.extend(members)
         if current:
             batches.append(current)
+        if len(batches) < threads and n > len(batches):
+            flat = [c for b in batches for c in b]
+            size = -(-n // min(threads, n))
+            batches = [flat[i : i + size] for i in range(0, n, size)]
         return batches
 
-    def _decode_part(self, p: ChunkPart, blob: bytes | None, out: np.ndarray) -> None:
+    def _decode_part(
+        self, p: ChunkPart, blob: bytes | memoryview | None, context: str, out: np.ndarray
+    ) -> None:
         view = out[p.out_sel]
         if blob is None:
             if not self.fill_missing:
-                raise MissingChunkError(f"{self.store.describe(p.coord)} is missing")
+                raise MissingChunkError(f"{context} is missing")
             view[...] = self.fill_value
             return
         shape = self.encoded_shape(p.coord)
-        context = self.store.describe(p.coord)
         if p.full and view.shape == shape:
             self.codec.decode(blob, shape, self.dtype, out=view, context=context)
         elif self._decodes_regions and all(s.step == 1 for s in p.chunk_sel):

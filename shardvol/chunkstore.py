@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager
 
 ChunkCoord = tuple[int, ...]
 Unit = Hashable
+ChunkRead = tuple[ChunkCoord, "bytes | memoryview | None", str]  # coord, encoded bytes, name
 
 
 class ChunkStore(ABC):
@@ -32,10 +33,9 @@ class ChunkStore(ABC):
         concurrent requests).
         """
 
-    def iter_chunks(
-        self, coords: Sequence[ChunkCoord]
-    ) -> Iterator[tuple[ChunkCoord, bytes | None]]:
-        """Each coordinate with its encoded bytes (None if absent), in any order.
+    def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
+        """``(coord, encoded bytes or None if absent, describe(coord))`` for every coordinate,
+        in any order.
 
         Stores may produce the values one by one as they read them, so that a caller
         which decodes and drops each before taking the next holds one at a time (and
@@ -43,7 +43,7 @@ class ChunkStore(ABC):
         """
         data = self.read_chunks(coords)
         for c in coords:
-            yield c, data.get(c)
+            yield c, data.get(c), self.describe(c)
 
     @abstractmethod
     def units(self, coords: Sequence[ChunkCoord]) -> dict[Unit, list[ChunkCoord]]:

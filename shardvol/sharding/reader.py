@@ -3,7 +3,8 @@
 ``get_data_many`` groups keys by shard, reads each shard index once (cached),
 reads only the minishard indexes it needs (cached, nearby ranges of one file in
 one request), then reads the data of all keys with nearby byte ranges of a file
-coalesced into one request, and decodes gzip on the codec threads.
+coalesced into one request, and decodes gzip on the codec threads
+(``iter_data_many``: one value at a time, in the caller's thread).
 
 Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 ``<shard>.data`` pair (the ``.shard`` file is their concatenation).
@@ -12,12 +13,13 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from shardvol.compression import gzip_decompress
 from shardvol.errors import ByteRangeError, ShardFormatError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.sharding.index import (
@@ -144,20 +146,27 @@ class ShardReader:
     def get_data_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
         """``{key: value}`` for the keys that are present (absent keys are left out)."""
         loc = self._locate(keys)
-        n = len(loc.keys)
-        if n == 0:
+        if len(loc.keys) == 0:
             return {}
+        values = decode_values(self.spec, self._read_data(loc), lambda i: _value_name(loc, i))
+        return dict(zip(loc.keys.tolist(), values))
+
+    def iter_data_many(
+        self, keys: Iterable[int] | np.ndarray
+    ) -> Iterator[tuple[int, bytes | memoryview]]:
+        """``(key, value)`` for the keys that are present, values decoded one at a time.
+
+        For callers that use each value and drop it before taking the next (little
+        memory, values still in the CPU cache).  With raw data encoding the values
+        are read-only views of the bytes read (no copy).
+        """
+        loc = self._locate(keys)
+        if len(loc.keys) == 0:
+            return
         blobs = self._read_data(loc)
-        klist = loc.keys.tolist()
-        values = decode_values(
-            self.spec,
-            blobs,
-            lambda i: (
-                f"{loc.files[loc.file[i]]}: minishard {int(loc.minishards[i])}: "
-                f"data of key {klist[i]}"
-            ),
-        )
-        return dict(zip(klist, values))
+        gzip = self.spec.data_encoding == "gzip"
+        for i, (key, blob) in enumerate(zip(loc.keys.tolist(), blobs)):
+            yield key, gzip_decompress(blob, _value_name(loc, i), ShardFormatError) if gzip else blob
 
     def exists(self, keys: Any, return_byte_range: bool = False) -> Any:
         """Where keys are stored, CloudVolume style.
@@ -412,6 +421,11 @@ class ShardReader:
                 if message is not None:
                     raise ShardFormatError(message) from e
             raise ShardFormatError(f"shard file shorter than its index says: {e}") from e
+
+
+def _value_name(loc: _Located, i: int) -> str:
+    """How error messages name the data of the ``i``-th located key."""
+    return f"{loc.files[loc.file[i]]}: minishard {int(loc.minishards[i])}: data of key {loc.keys[i]}"
 
 
 def _first_past_end(key: str, size: int, ranges: Iterable) -> str | None:
