@@ -13,13 +13,14 @@ a shard that must be kept).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from shardvol._parallel import default_parallel, run_parallel
+from shardvol._parallel import WorkEstimate, default_parallel, run_parallel
 from shardvol.chunkstore import ChunkCoord, ChunkStore
 from shardvol.errors import InvalidArgumentError, MissingChunkError
 from shardvol.grid import ChunkGrid
@@ -74,6 +75,9 @@ class ChunkedArray:
     skip_fill_chunks: bool = False
     fill_missing: bool = True
     parallel: int = 0
+    _read_work: WorkEstimate = field(
+        default_factory=WorkEstimate, init=False, repr=False, compare=False
+    )
 
     def _threads(self) -> int:
         return self.parallel or default_parallel()
@@ -104,13 +108,17 @@ class ChunkedArray:
 
         Each batch streams its chunks, decoding each as soon as it is read (a hand-off
         to another thread costs more than decoding a chunk still in the CPU cache).
+        Reads expected to take less than a few milliseconds (from the time chunks
+        of this array took so far) run in the caller's thread only.
         """
-        threads = self._threads()
         by_coord = {p.coord: p for p in parts}
+        threads = self._read_work.threads(len(by_coord), self._threads())
 
         def fetch_and_decode(batch: list[ChunkCoord]) -> None:
+            start = time.perf_counter()
             for coord, blob, name in self.store.iter_chunks(batch):
                 self._decode_part(by_coord[coord], blob, name, out)
+            self._read_work.record(time.perf_counter() - start, len(batch))
 
         run_parallel(fetch_and_decode, self._batches(list(by_coord), threads), threads)
 
