@@ -5,14 +5,17 @@ batch streamed by one ``iter_chunks`` call, in parallel threads, every chunk
 decoded as it arrives, straight into the output (only the selected box of a
 partially selected chunk, when the codec can).
 
-Writes: fully covered chunks are encoded in parallel without reading; then each
-storage unit (chunk file or shard) is updated once, holding its lock whenever
-existing content must be merged (partially covered chunks, or other chunks of
-a shard that must be kept).
+Writes: storage units (chunk files or shards) are written concurrently, each
+once: its fully covered chunks are encoded without reading, then it is updated
+holding its lock whenever existing content must be merged (partially covered
+chunks, or other chunks of a shard that must be kept).  Each unit is replaced
+atomically; if one fails (say a chunk its encoding cannot store), units already
+written stay written.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,6 +39,8 @@ from shardvol.indexing import (
 _MIN_BATCH = 8  # chunks: a batch costs about as much as decoding a few small chunks
 _MAX_BATCH = 64
 _BATCHES_PER_THREAD = 8  # enough for the threads to finish together
+_MAX_WRITERS = 8
+_WRITE_BUFFER_BYTES = 64 << 20
 
 class ChunkCodec(Protocol):
     def encode(self, array: np.ndarray) -> bytes: ...
@@ -173,27 +178,30 @@ class ChunkedArray:
         parts = chunk_parts(sel, self.grid)
         if not parts:
             return
-        full = [p for p in parts if p.full]
-        encoded: dict[ChunkCoord, bytes | None] = {}
-
-        def encode_full(p: ChunkPart) -> None:
-            encoded[p.coord] = self._encode(p.coord, self._chunk_from_value(p, arr))
-
-        run_parallel(encode_full, full, self._threads())
         by_coord = {p.coord: p for p in parts}
         units = list(self.store.units(list(by_coord)).items())
+        threads = self._threads()
+        # Units are written concurrently; a unit's chunks are encoded on several threads
+        # only when there are fewer units than threads.
+        inner = threads if len(units) < threads else 1
 
         def write_unit(item: tuple[Any, list[ChunkCoord]]) -> None:
             unit, coords = item
-            members = [by_coord[c] for c in coords]
-            self._write_unit(unit, members, encoded, arr)
+            self._write_unit(unit, [by_coord[c] for c in coords], arr, inner)
 
-        run_parallel(write_unit, units, self._threads())
+        run_parallel(write_unit, units, self._writers(len(units), len(parts), threads))
 
-    def _write_unit(
-        self, unit: Any, members: list[ChunkPart], encoded: dict[ChunkCoord, bytes | None],
-        arr: np.ndarray,
-    ) -> None:
+    def _writers(self, n_units: int, n_chunks: int, threads: int) -> int:
+        """Threads writing units: more than the CPUs, so that some encode while others
+        wait for their files to reach the disk (fsync), but with at most about
+        _WRITE_BUFFER_BYTES of units in flight."""
+        unit_bytes = max(1, n_chunks // n_units) * math.prod(self.grid.chunk_shape)
+        unit_bytes *= self.dtype.itemsize
+        return max(threads, min(_MAX_WRITERS, _WRITE_BUFFER_BYTES // unit_bytes))
+
+    def _write_unit(self, unit: Any, members: list[ChunkPart], arr: np.ndarray, threads: int) -> None:
+        """Encode and store one unit's chunks (fully covered ones before taking its lock)."""
+        full = [p for p in members if p.full]
         partial = [p for p in members if not p.full]
         all_chunks = self.store.unit_chunks(unit)
         replace = (
@@ -201,20 +209,22 @@ class ChunkedArray:
             and all_chunks is not None
             and set(all_chunks) == {p.coord for p in members}
         )
+        blobs: dict[ChunkCoord, bytes | None] = {}
+
+        def encode_full(p: ChunkPart) -> None:
+            blobs[p.coord] = self._encode(p.coord, self._chunk_from_value(p, arr))
+
+        run_parallel(encode_full, full, threads)
 
         def apply() -> None:
             existing = self.store.read_chunks([p.coord for p in partial]) if partial else {}
-            put: dict[ChunkCoord, bytes] = {}
-            delete: list[ChunkCoord] = []
-            for p in members:
-                if p.full:
-                    blob = encoded[p.coord]
-                else:
-                    blob = self._encode(p.coord, self._merge(p, existing.get(p.coord), arr))
-                if blob is None:
-                    delete.append(p.coord)
-                else:
-                    put[p.coord] = blob
+
+            def encode_merged(p: ChunkPart) -> None:
+                blobs[p.coord] = self._encode(p.coord, self._merge(p, existing.get(p.coord), arr))
+
+            run_parallel(encode_merged, partial, threads)
+            put = {c: b for c, b in blobs.items() if b is not None}
+            delete = [c for c, b in blobs.items() if b is None]
             self.store.update_unit(unit, put, delete, replace=replace)
 
         if replace:
