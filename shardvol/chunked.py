@@ -130,8 +130,10 @@ class ChunkedArray:
     def _batches(self, coords: list[ChunkCoord], threads: int) -> list[list[ChunkCoord]]:
         """Coordinates grouped by storage unit, small units combined up to a batch size.
 
-        A unit (shard) is split only when there are fewer batches than threads, so a
-        shard's index and data are normally fetched by one request per batch.
+        A shard's index and data are then fetched by one request per batch.  When
+        that gives fewer than two batches per thread, the coordinates (still in unit
+        order) are instead cut in one equal batch per thread, which keeps the
+        threads equally busy.
         """
         n = len(coords)
         target = min(_MAX_BATCH, max(_MIN_BATCH, -(-n // (_BATCHES_PER_THREAD * threads))))
@@ -144,7 +146,7 @@ class ChunkedArray:
             current.extend(members)
         if current:
             batches.append(current)
-        if len(batches) < threads and n > len(batches):
+        if len(batches) < 2 * threads:
             flat = [c for b in batches for c in b]
             size = -(-n // min(threads, n))
             batches = [flat[i : i + size] for i in range(0, n, size)]

@@ -119,7 +119,7 @@ def test_sharded_stream_names_corrupt_gzip_data(memory):
         dict(reader.iter_data_many([5]))
 
 
-def test_batches_cover_every_chunk_once_and_split_units_only_for_threads(tmp_path):
+def test_batches_follow_units_unless_too_few_for_the_threads(tmp_path):
     spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 3,
             "minishard_bits": 0, "shard_bits": 3, "minishard_index_encoding": "raw",
             "data_encoding": "raw"}
@@ -127,14 +127,16 @@ def test_batches_cover_every_chunk_once_and_split_units_only_for_threads(tmp_pat
                         sharding=spec)
     arr, store = vol._array, vol._array.store
     coords = [(x, y, z, 0) for z in range(8) for y in range(8) for x in range(8)]
-    for threads in (1, 2, 5):
+    assert sorted(map(len, store.units(coords).values())) == [64] * 8
+    for threads in (1, 2, 4, 5, 7):
         batches = arr._batches(coords, threads)
         assert sorted(c for b in batches for c in b) == sorted(coords)
-        assert len(batches) >= min(threads, len(coords))
-        units = [set(store.units(b)) for b in batches]
-        assert all(len(u) == 1 for u in units)  # 64 shards of 8 chunks: none split or mixed
+        if threads <= 4:  # 8 shards give two batches per thread: one batch per shard
+            assert sorted(len(store.units(b)) for b in batches) == [1] * 8
+        else:  # fewer: one equal batch per thread
+            assert len(batches) == threads
+            assert max(map(len, batches)) == -(-512 // threads)
     one_shard = coords[:2]  # two chunks of one shard, three threads: split in two batches
-    assert len(store.units(one_shard)) == 1
     assert sorted(map(len, arr._batches(one_shard, 3))) == [1, 1]
 
 
