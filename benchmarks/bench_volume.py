@@ -409,7 +409,8 @@ def fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.0f}"
 
 
-def print_table(results: dict[str, dict[str, dict[str, float | None]]], names: list[str]) -> list[str]:
+def print_table(results: dict[str, dict[str, dict[str, float | None]]],
+                names: list[str]) -> list[str]:
     """Markdown table; returns the list of missed targets."""
     missed = []
     peers = [n for n in names if n != "shardvol"]

@@ -189,7 +189,8 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
                     }
                 } else {
                     uint64_t bad = 0;
-                    if (!FN(block_checked)(bout, st, o, a, g->bs, enc, tab, bits, table_size, &bad)) {
+                    if (!FN(block_checked)(bout, st, o, a, g->bs, enc, tab, bits, table_size,
+                                           &bad)) {
                         set_error(err, SV_CSEG_TABLE_INDEX, channel, blk, bad, table_size);
                         return SV_ERR_CORRUPT;
                     }

@@ -42,6 +42,7 @@ _BATCHES_PER_THREAD = 8  # enough for the threads to finish together
 _MAX_WRITERS = 8
 _WRITE_BUFFER_BYTES = 64 << 20
 
+
 class ChunkCodec(Protocol):
     def encode(self, array: np.ndarray) -> bytes: ...
 
@@ -165,7 +166,9 @@ class ChunkedArray:
         if p.full and view.shape == shape:
             self.codec.decode(blob, shape, self.dtype, out=view, context=context)
         elif self._decodes_regions and all(s.step == 1 for s in p.chunk_sel):
-            self.codec.decode_region(blob, shape, p.chunk_sel, view, context)  # type: ignore[attr-defined]
+            self.codec.decode_region(  # type: ignore[attr-defined]
+                blob, shape, p.chunk_sel, view, context
+            )
         else:
             chunk = self.codec.decode(blob, shape, self.dtype, context=context)
             view[...] = chunk[p.chunk_sel]
@@ -201,7 +204,9 @@ class ChunkedArray:
         unit_bytes *= self.dtype.itemsize
         return max(threads, min(_MAX_WRITERS, _WRITE_BUFFER_BYTES // unit_bytes))
 
-    def _write_unit(self, unit: Any, members: list[ChunkPart], arr: np.ndarray, threads: int) -> None:
+    def _write_unit(
+        self, unit: Any, members: list[ChunkPart], arr: np.ndarray, threads: int
+    ) -> None:
         """Encode and store one unit's chunks (fully covered ones before taking its lock)."""
         full = [p for p in members if p.full]
         partial = [p for p in members if not p.full]

@@ -174,7 +174,8 @@ def test_missing_chunk_is_named_in_the_stream(tmp_path):
     vol = Volume.create(str(tmp_path / "v"), size=(8, 8, 8), chunk_size=(4, 4, 4))
     vol[0:4, 0:4, 0:4] = 1
     strict = Volume(str(tmp_path / "v"), fill_missing=False)
-    with pytest.raises(MissingChunkError, match=r"chunk file://.*/1_1_1/4-8_\d-\d_\d-\d is missing"):
+    missing = r"chunk file://.*/1_1_1/4-8_\d-\d_\d-\d is missing"
+    with pytest.raises(MissingChunkError, match=missing):
         strict[4:8, ...]
 
 

@@ -86,8 +86,8 @@ def decode(data, block_size, cnp.ndarray out not None, str context="", shape=Non
         start[d] = 0 if origin is None else origin[d]
         if start[d] > full[d] or region[d] > full[d] - start[d]:
             raise InvalidArgumentError(
-                f"decode: region at {tuple(origin)} of shape {(<object>out).shape} is not inside the "
-                f"chunk shape {tuple(shape)}")
+                f"decode: region at {tuple(origin)} of shape {(<object>out).shape} is not "
+                f"inside the chunk shape {tuple(shape)}")
     if not out.flags.writeable:
         raise InvalidArgumentError("decode output array is read-only")
     cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)

@@ -166,7 +166,9 @@ class ShardReader:
         blobs = self._read_data(loc)
         gzip = self.spec.data_encoding == "gzip"
         for i, (key, blob) in enumerate(zip(loc.keys.tolist(), blobs)):
-            yield key, gzip_decompress(blob, _value_name(loc, i), ShardFormatError) if gzip else blob
+            if gzip:
+                blob = gzip_decompress(blob, _value_name(loc, i), ShardFormatError)
+            yield key, blob
 
     def exists(self, keys: Any, return_byte_range: bool = False) -> Any:
         """Where keys are stored, CloudVolume style.
@@ -425,7 +427,8 @@ class ShardReader:
 
 def _value_name(loc: _Located, i: int) -> str:
     """How error messages name the data of the ``i``-th located key."""
-    return f"{loc.files[loc.file[i]]}: minishard {int(loc.minishards[i])}: data of key {loc.keys[i]}"
+    file, minishard = loc.files[loc.file[i]], int(loc.minishards[i])
+    return f"{file}: minishard {minishard}: data of key {loc.keys[i]}"
 
 
 def _first_past_end(key: str, size: int, ranges: Iterable) -> str | None:
