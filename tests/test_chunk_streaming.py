@@ -106,6 +106,29 @@ def test_sharded_stream_matches_read_chunks(memory, data_encoding, hash_):
     assert dict(reader.iter_data_many(asked)) == reader.get_data_many(asked)
 
 
+def test_sharded_stream_reads_about_max_read_bytes_at_a_time(memory):
+    spec = ShardingSpec(hash="identity", preshift_bits=0, minishard_bits=0, shard_bits=0,
+                        minishard_index_encoding="raw", data_encoding="raw")
+    data = {k: bytes([k]) * 1000 for k in range(40)}
+    write_shards(memory, spec, data)
+    batches = []
+
+    class Recording(Counting):
+        def get_many(self, requests):
+            requests = list(requests)
+            batches.append(requests)
+            return super().get_many(requests)
+
+    reader = ShardReader(Recording(memory, True), spec, coalesce_gap=0, max_read=2500)
+    keys = list(range(0, 40, 2))  # 1000-byte values 1000 bytes apart: 20 requests
+    assert dict(reader.iter_data_many(keys)) == {k: data[k] for k in keys}
+    data_batches = batches[-10:]  # after the index reads: two 1000-byte requests per batch
+    assert [len(b) for b in data_batches] == [2] * 10
+    batches.clear()
+    assert reader.get_data_many(keys) == {k: data[k] for k in keys}
+    assert len(batches[-1]) == 20  # all at once
+
+
 def test_sharded_stream_names_corrupt_gzip_data(memory):
     spec = ShardingSpec(hash="identity", preshift_bits=0, minishard_bits=0, shard_bits=0,
                         minishard_index_encoding="raw", data_encoding="gzip")
