@@ -20,17 +20,19 @@ Operations, MB/s of decoded output (10^6 bytes of the numpy array):
 
 Every repetition opens a fresh handle for each library (no index or chunk caches carried
 over) outside the timed part, after touching as much memory as a full read returns (see
-prefault()); creating the volume is part of the timed write.  The
-libraries are interleaved (A B C A B C ...) so they share the machine's load, and the best
-of ``--repeat`` runs is kept.  The page cache is warm: every library reads every dataset
-once (untimed) first, and checks that it reads the same array as shardvol.
+prefault()); creating the volume is part of the timed write.  The libraries are
+interleaved (A B C A B C ...) so they share the machine's load, and the best of
+``--repeat`` runs is kept.  The page cache is warm: every library reads every dataset once
+(untimed) first, and checks that it reads the same array as shardvol; after the timings,
+what each library wrote is read back by TensorStore and checked.
 
 Settings, each library's fast path for local files:
   shardvol     Volume(path) defaults (threads = CPU count, fsync'd atomic file writes).
   TensorStore  default context (data_copy_concurrency and file_io_concurrency defaults,
                no cache pool, file_io_sync on: writes are fsync'd); reads ask for
-               order="F" (the chunks' and shardvol's layout); sharded writes run in one
-               transaction (whole shards written at commit, no read-modify-write).
+               order="F" (the chunks' and shardvol's layout; its default, order="C",
+               transposes and was 5-15x slower on full reads here); sharded writes run in
+               one transaction (whole shards written at commit; about as fast as without).
   CloudVolume  parallel=1 (otherwise it forks processes), fill_missing=True, cache=False,
                progress=False; writes with compress=False (its default gzips raw and cseg
                chunks, which the other two do not).  It cannot write sharded volumes: "n/a".
@@ -40,6 +42,7 @@ measured in a fresh subprocess: the peak RSS (VmHWM, the figure ru_maxrss report
 before the read, minus the RSS before it.
 
 Run:  python benchmarks/bench_volume.py [--repeat 3] [--only NAME] [--quick] [--data DIR]
+      [--no-cloudvolume]      (shardvol built in place: PYTHONPATH=. from the repository)
 """
 
 from __future__ import annotations
