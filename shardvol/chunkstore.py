@@ -34,8 +34,8 @@ class ChunkStore(ABC):
         """
 
     def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
-        """``(coord, encoded bytes or None if absent, describe(coord))`` for every coordinate,
-        in any order.
+        """``(coord, encoded bytes or None if absent, describe(coord))`` for every one of the
+        (distinct) ``coords``, in any order.
 
         Stores may produce the values one by one as they read them, so that a caller
         which decodes and drops each before taking the next holds one at a time (and
