@@ -196,9 +196,22 @@ static int tcache_insert(tcache *c, uint64_t hash, uint32_t off, uint64_t nwords
 int sv_cseg_decode(const uint8_t *data, size_t len, size_t label_bytes, const size_t shape[4],
                    const size_t block_shape[3], void *out, const ptrdiff_t out_strides[4],
                    sv_cseg_error *err) {
+    const size_t origin[4] = {0, 0, 0, 0};
+    return sv_cseg_decode_region(data, len, label_bytes, shape, block_shape, origin, shape, out,
+                                 out_strides, err);
+}
+
+int sv_cseg_decode_region(const uint8_t *data, size_t len, size_t label_bytes,
+                          const size_t shape[4], const size_t block_shape[3],
+                          const size_t origin[4], const size_t region[4], void *out,
+                          const ptrdiff_t out_strides[4], sv_cseg_error *err) {
     geometry g;
     set_error(err, SV_CSEG_NO_ERROR, 0, NULL, 0, 0);
-    if ((label_bytes != 4 && label_bytes != 8) || !make_geometry(shape, block_shape, &g)) {
+    int region_ok = 1;
+    for (int d = 0; d < 4; ++d)
+        region_ok &= origin[d] <= shape[d] && region[d] <= shape[d] - origin[d];
+    if ((label_bytes != 4 && label_bytes != 8) || !region_ok ||
+        !make_geometry(shape, block_shape, &g)) {
         set_error(err, SV_CSEG_BAD_ARGUMENT, 0, NULL, 0, 0);
         return SV_ERR_ARGUMENT;
     }
@@ -212,19 +225,24 @@ int sv_cseg_decode(const uint8_t *data, size_t len, size_t label_bytes, const si
         set_error(err, SV_CSEG_CHANNEL_HEADER, 0, NULL, nwords, channels);
         return SV_ERR_TRUNCATED;
     }
+    const size_t none[3] = {0, 0, 0};
     for (size_t c = 0; c < channels; ++c) {
         const size_t off = ld32(data + 4 * c);
         if (off > nwords) {
             set_error(err, SV_CSEG_CHANNEL_OFFSET, c, NULL, off, nwords);
             return SV_ERR_CORRUPT;
         }
+        /* channels outside the region: block headers checked, nothing decoded */
+        const int wanted = c >= origin[3] && c - origin[3] < region[3];
+        const size_t *rn = wanted ? region : none;
+        const ptrdiff_t cpos = wanted ? (ptrdiff_t)(c - origin[3]) * out_strides[3] : 0;
         int rc;
         if (label_bytes == 4)
-            rc = decode_channel_u32(data + 4 * off, nwords - off, &g,
-                                    (uint32_t *)out + (ptrdiff_t)c * out_strides[3], out_strides, c, err);
+            rc = decode_channel_u32(data + 4 * off, nwords - off, &g, origin, rn,
+                                    (uint32_t *)out + cpos, out_strides, c, err);
         else
-            rc = decode_channel_u64(data + 4 * off, nwords - off, &g,
-                                    (uint64_t *)out + (ptrdiff_t)c * out_strides[3], out_strides, c, err);
+            rc = decode_channel_u64(data + 4 * off, nwords - off, &g, origin, rn,
+                                    (uint64_t *)out + cpos, out_strides, c, err);
         if (rc != SV_OK) return rc;
     }
     return SV_OK;

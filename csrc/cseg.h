@@ -79,6 +79,15 @@ int sv_cseg_decode(const uint8_t *data, size_t len, size_t label_bytes, const si
                    const size_t block_shape[3], void *out, const ptrdiff_t out_strides[4],
                    sv_cseg_error *err);
 
+/* Decode only the voxels [origin, origin + region) of the volume (x, y, z,
+ * channel) into `out`, whose element (0, 0, 0, 0) is the voxel at `origin`.
+ * Every channel offset and block header is checked as by sv_cseg_decode, but
+ * only the blocks that meet the region are decoded (so only their table
+ * indexes are checked).  SV_ERR_ARGUMENT if the region is not inside shape. */
+int sv_cseg_decode_region(const uint8_t *data, size_t len, size_t label_bytes,
+                          const size_t shape[4], const size_t block_shape[3],
+                          const size_t origin[4], const size_t region[4], void *out,
+                          const ptrdiff_t out_strides[4], sv_cseg_error *err);
 /* Encode the volume at `in` (addressed like `out` above).  On success *out
  * points to *out_len bytes allocated with malloc (release with sv_cseg_free).
  * Returns SV_ERR_NOMEM, SV_ERR_OVERFLOW (a chunk too large for the format's

@@ -39,22 +39,30 @@ static SV_FORCE_INLINE uint64_t FN(ld_group)(const uint8_t *p, const unsigned n)
     }
 }
 
-/* Decode a block whose table is known to hold 2**bits entries or more, so no
- * index needs checking.  Called with constant `bits` and `unit_x` (x stride 1)
- * so that every combination compiles to its own tight loop.  When rows start
- * on byte boundaries (bx * bits a multiple of 8) and bits <= 8, groups of 8
- * voxels are decoded from one load of `bits` bytes. */
+/* Bit position of the index of voxel (x, y, z) of a block of shape bs. */
+static inline uint64_t FN(bit_position)(unsigned bits, const size_t bs[3], size_t x, size_t y,
+                                        size_t z) {
+    return (uint64_t)bits * (x + bs[0] * (y + bs[1] * (uint64_t)z));
+}
+
+/* Decode the voxels [o, o + a) of a block whose table is known to hold 2**bits
+ * entries or more, so no index needs checking; `out` points at voxel o.
+ * Called with constant `bits` and `unit_x` (x stride 1) so that every
+ * combination compiles to its own tight loop.  When rows start on byte
+ * boundaries and bits <= 8, groups of 8 voxels are decoded from one load of
+ * `bits` bytes. */
 static SV_FORCE_INLINE void FN(block_unchecked)(LABEL_T *out, const ptrdiff_t st[3],
-                                                const size_t a[3], const size_t bs[3],
-                                                const uint8_t *enc, const uint8_t *tab,
-                                                const unsigned bits, const int unit_x) {
+                                                const size_t o[3], const size_t a[3],
+                                                const size_t bs[3], const uint8_t *enc,
+                                                const uint8_t *tab, const unsigned bits,
+                                                const int unit_x) {
     const uint32_t mask = bits == 32 ? 0xFFFFFFFFu : (1u << bits) - 1u;
     const ptrdiff_t sx = unit_x ? 1 : st[0];
-    const int grouped = bits <= 8 && (bs[0] * bits) % 8 == 0;
+    const int grouped = bits <= 8 && (bs[0] * bits) % 8 == 0 && (o[0] * bits) % 8 == 0;
     for (size_t z = 0; z < a[2]; ++z)
         for (size_t y = 0; y < a[1]; ++y) {
             LABEL_T *dst = out + (ptrdiff_t)y * st[1] + (ptrdiff_t)z * st[2];
-            const uint64_t bitpos = (uint64_t)bits * (bs[0] * (y + bs[1] * z));
+            const uint64_t bitpos = FN(bit_position)(bits, bs, o[0], y + o[1], z + o[2]);
             size_t x = 0;
             if (grouped) {
                 const uint8_t *gp = enc + (size_t)(bitpos >> 3);
@@ -83,17 +91,19 @@ static SV_FORCE_INLINE void FN(block_unchecked)(LABEL_T *out, const ptrdiff_t st
         }
 }
 
-/* Decode a block whose table may be shorter than 2**bits entries: every index
- * is checked.  Returns 0 and the bad index in *bad if one points past the table. */
-static int FN(block_checked)(LABEL_T *out, const ptrdiff_t st[3], const size_t a[3],
-                             const size_t bs[3], const uint8_t *enc, const uint8_t *tab,
-                             unsigned bits, uint64_t table_size, uint64_t *bad) {
+/* Decode the voxels [o, o + a) of a block whose table may be shorter than
+ * 2**bits entries: every index is checked.  Returns 0 and the bad index in
+ * *bad if one points past the table. */
+static int FN(block_checked)(LABEL_T *out, const ptrdiff_t st[3], const size_t o[3],
+                             const size_t a[3], const size_t bs[3], const uint8_t *enc,
+                             const uint8_t *tab, unsigned bits, uint64_t table_size,
+                             uint64_t *bad) {
     const uint64_t mask = ((uint64_t)1 << bits) - 1;
     for (size_t z = 0; z < a[2]; ++z)
         for (size_t y = 0; y < a[1]; ++y) {
             LABEL_T *dst = out + (ptrdiff_t)y * st[1] + (ptrdiff_t)z * st[2];
             for (size_t x = 0; x < a[0]; ++x) {
-                const uint64_t p = (uint64_t)bits * (x + bs[0] * (y + bs[1] * z));
+                const uint64_t p = FN(bit_position)(bits, bs, x + o[0], y + o[1], z + o[2]);
                 const uint64_t idx = ((uint64_t)ld32(enc + 4 * (size_t)(p >> 5)) >> (p & 31)) & mask;
                 if (idx >= table_size) {
                     *bad = idx;
@@ -107,17 +117,20 @@ static int FN(block_checked)(LABEL_T *out, const ptrdiff_t st[3], const size_t a
 
 #define SV_UNCHECKED_CASES(UNIT_X)                                                      \
     switch (bits) {                                                                     \
-        case 1: FN(block_unchecked)(bout, st, a, g->bs, enc, tab, 1, UNIT_X); break;   \
-        case 2: FN(block_unchecked)(bout, st, a, g->bs, enc, tab, 2, UNIT_X); break;   \
-        case 4: FN(block_unchecked)(bout, st, a, g->bs, enc, tab, 4, UNIT_X); break;   \
-        case 8: FN(block_unchecked)(bout, st, a, g->bs, enc, tab, 8, UNIT_X); break;   \
-        case 16: FN(block_unchecked)(bout, st, a, g->bs, enc, tab, 16, UNIT_X); break; \
-        default: FN(block_unchecked)(bout, st, a, g->bs, enc, tab, 32, UNIT_X); break; \
+        case 1: FN(block_unchecked)(bout, st, o, a, g->bs, enc, tab, 1, UNIT_X); break;   \
+        case 2: FN(block_unchecked)(bout, st, o, a, g->bs, enc, tab, 2, UNIT_X); break;   \
+        case 4: FN(block_unchecked)(bout, st, o, a, g->bs, enc, tab, 4, UNIT_X); break;   \
+        case 8: FN(block_unchecked)(bout, st, o, a, g->bs, enc, tab, 8, UNIT_X); break;   \
+        case 16: FN(block_unchecked)(bout, st, o, a, g->bs, enc, tab, 16, UNIT_X); break; \
+        default: FN(block_unchecked)(bout, st, o, a, g->bs, enc, tab, 32, UNIT_X); break; \
     }
 
-/* Decode one channel: `ch` holds the nwords words from the channel's start to
- * the end of the buffer; `out` points at the channel's voxel (0, 0, 0). */
-static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *g, LABEL_T *out,
+/* Decode the voxels [ro, ro + rn) of one channel: `ch` holds the nwords words
+ * from the channel's start to the end of the buffer; `out` points at the
+ * channel's voxel ro.  Every block header is checked, also those of blocks
+ * outside the region (rn may be all zero: check only). */
+static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *g,
+                              const size_t ro[3], const size_t rn[3], LABEL_T *out,
                               const ptrdiff_t st[3], size_t channel, sv_cseg_error *err) {
     const size_t wpl = sizeof(LABEL_T) / 4;
     if (g->nblocks > nwords / 2) {
@@ -149,13 +162,23 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
                 const uint64_t table_size = (nwords - toff) / wpl;
                 const uint8_t *enc = ch + 4 * voff;
                 const uint8_t *tab = ch + 4 * toff;
-                size_t a[3];
+                size_t o[3], a[3]; /* the region's part of the block: voxels [o, o + a) */
                 LABEL_T *bout = out;
+                int inside = 1;
                 for (int d = 0; d < 3; ++d) {
                     const size_t pos = blk[d] * g->bs[d];
-                    a[d] = min_size(g->bs[d], g->shape[d] - pos);
-                    bout += (ptrdiff_t)pos * st[d];
+                    const size_t lo = pos > ro[d] ? pos : ro[d];
+                    const size_t hi = min_size(pos + min_size(g->bs[d], g->shape[d] - pos),
+                                               ro[d] + rn[d]);
+                    if (lo >= hi) {
+                        inside = 0;
+                        break;
+                    }
+                    o[d] = lo - pos;
+                    a[d] = hi - lo;
+                    bout += (ptrdiff_t)(lo - ro[d]) * st[d];
                 }
+                if (!inside) continue;
                 if (bits == 0) {
                     FN(fill_block)(bout, st, a, LD_LABEL(tab));
                 } else if ((table_size >> bits) != 0) {
@@ -166,7 +189,8 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
                     }
                 } else {
                     uint64_t bad = 0;
-                    if (!FN(block_checked)(bout, st, a, g->bs, enc, tab, bits, table_size, &bad)) {
+                    if (!FN(block_checked)(bout, st, o, a, g->bs, enc, tab, bits, table_size,
+                                           &bad)) {
                         set_error(err, SV_CSEG_TABLE_INDEX, channel, blk, bad, table_size);
                         return SV_ERR_CORRUPT;
                     }

@@ -1,23 +1,29 @@
 """Reads and writes of numpy selections over a chunk store: the engine behind Volume and zarr3.
 
 Reads: selection -> chunk parts -> batches (grouped by storage unit) -> each
-batch fetched with one ``read_chunks`` call and decoded, in parallel threads,
-straight into the output where a chunk is fully selected.
+batch streamed by one ``iter_chunks`` call, in parallel threads, every chunk
+decoded as it arrives, straight into the output (only the selected box of a
+partially selected chunk, when the codec can).
 
-Writes: fully covered chunks are encoded in parallel without reading; then each
-storage unit (chunk file or shard) is updated once, holding its lock whenever
-existing content must be merged (partially covered chunks, or other chunks of
-a shard that must be kept).
+Writes: storage units (chunk files or shards) are written concurrently, each
+once: its fully covered chunks are encoded without reading, then it is updated
+holding its lock whenever existing content must be merged (partially covered
+chunks, or other chunks of a shard that must be kept).  Each unit is replaced
+atomically; if one fails (say a chunk its encoding cannot store), units already
+written stay written.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+import math
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from shardvol._parallel import default_parallel, run_parallel
+from shardvol._parallel import WorkEstimate, default_parallel, run_parallel
 from shardvol.chunkstore import ChunkCoord, ChunkStore
 from shardvol.errors import InvalidArgumentError, MissingChunkError
 from shardvol.grid import ChunkGrid
@@ -30,13 +36,28 @@ from shardvol.indexing import (
     selection_in_domain,
 )
 
+_MIN_BATCH = 8  # chunks: a batch costs about as much as decoding a few small chunks
 _MAX_BATCH = 64
+_BATCHES_PER_THREAD = 8  # enough for the threads to finish together
+_MAX_WRITERS = 8
+_WRITE_BUFFER_BYTES = 64 << 20
+
 
 class ChunkCodec(Protocol):
     def encode(self, array: np.ndarray) -> bytes: ...
 
     def decode(
         self, data: bytes, shape: tuple[int, ...], dtype: Any, out: np.ndarray | None = None,
+        context: str = "",
+    ) -> np.ndarray: ...
+
+
+@runtime_checkable
+class RegionCodec(ChunkCodec, Protocol):
+    """A codec that can decode a box of a chunk (``region``: slices of step 1) into ``out``."""
+
+    def decode_region(
+        self, data: bytes, shape: tuple[int, ...], region: tuple[slice, ...], out: np.ndarray,
         context: str = "",
     ) -> np.ndarray: ...
 
@@ -60,9 +81,16 @@ class ChunkedArray:
     skip_fill_chunks: bool = False
     fill_missing: bool = True
     parallel: int = 0
+    _read_work: WorkEstimate = field(
+        default_factory=WorkEstimate, init=False, repr=False, compare=False
+    )
 
     def _threads(self) -> int:
         return self.parallel or default_parallel()
+
+    @cached_property
+    def _decodes_regions(self) -> bool:
+        return isinstance(self.codec, RegionCodec)
 
     def encoded_shape(self, coord: ChunkCoord) -> tuple[int, ...]:
         return self.grid.chunk_shape if self.padded_chunks else self.grid.chunk_extent(coord)
@@ -78,44 +106,69 @@ class ChunkedArray:
             out = np.full(shape, self.fill_value, self.dtype, order=self.order)
         parts = chunk_parts(sel, self.grid)
         if parts:
-            threads = self._threads()
-
-            def fetch_and_decode(batch: list[ChunkPart]) -> None:
-                data = self.store.read_chunks([p.coord for p in batch])
-                run_parallel(lambda p: self._decode_part(p, data.get(p.coord), out), batch, threads)
-
-            run_parallel(fetch_and_decode, self._batches(parts), threads)
+            self._read_parts(parts, out)
         return out[drop_axes(sel)]
 
-    def _batches(self, parts: list[ChunkPart]) -> list[list[ChunkPart]]:
-        """Parts grouped by storage unit; small units are combined up to a batch size.
+    def _read_parts(self, parts: list[ChunkPart], out: np.ndarray) -> None:
+        """Fetch and decode ``parts`` into ``out``, batches in parallel.
 
-        A unit is never split, so a shard's index and data ranges are fetched once.
+        Each batch streams its chunks, decoding each as soon as it is read (a hand-off
+        to another thread costs more than decoding a chunk still in the CPU cache).
+        Reads expected to take less than a few milliseconds (from the time chunks
+        of this array took so far) run in the caller's thread only.
         """
         by_coord = {p.coord: p for p in parts}
-        target = max(1, min(_MAX_BATCH, len(parts) // (4 * self._threads())))
-        batches: list[list[ChunkPart]] = []
-        current: list[ChunkPart] = []
-        for members in self.store.units(list(by_coord)).values():
+        threads = self._read_work.threads(len(by_coord), self._threads())
+
+        def fetch_and_decode(batch: list[ChunkCoord]) -> None:
+            start = time.perf_counter()
+            for coord, blob, name in self.store.iter_chunks(batch):
+                self._decode_part(by_coord[coord], blob, name, out)
+            self._read_work.record(time.perf_counter() - start, len(batch))
+
+        run_parallel(fetch_and_decode, self._batches(list(by_coord), threads), threads)
+
+    def _batches(self, coords: list[ChunkCoord], threads: int) -> list[list[ChunkCoord]]:
+        """Coordinates grouped by storage unit, small units combined up to a batch size.
+
+        A shard's index and data are then fetched by one request per batch.  When
+        that gives fewer than two batches per thread, the coordinates (still in unit
+        order) are instead cut in one equal batch per thread, which keeps the
+        threads equally busy.
+        """
+        n = len(coords)
+        target = min(_MAX_BATCH, max(_MIN_BATCH, -(-n // (_BATCHES_PER_THREAD * threads))))
+        batches: list[list[ChunkCoord]] = []
+        current: list[ChunkCoord] = []
+        for members in self.store.units(coords).values():
             if current and len(current) + len(members) > target:
                 batches.append(current)
                 current = []
-            current.extend(by_coord[c] for c in members)
+            current.extend(members)
         if current:
             batches.append(current)
+        if len(batches) < 2 * threads:
+            flat = [c for b in batches for c in b]
+            size = -(-n // min(threads, n))
+            batches = [flat[i : i + size] for i in range(0, n, size)]
         return batches
 
-    def _decode_part(self, p: ChunkPart, blob: bytes | None, out: np.ndarray) -> None:
+    def _decode_part(
+        self, p: ChunkPart, blob: bytes | memoryview | None, context: str, out: np.ndarray
+    ) -> None:
         view = out[p.out_sel]
         if blob is None:
             if not self.fill_missing:
-                raise MissingChunkError(f"{self.store.describe(p.coord)} is missing")
+                raise MissingChunkError(f"{context} is missing")
             view[...] = self.fill_value
             return
         shape = self.encoded_shape(p.coord)
-        context = self.store.describe(p.coord)
         if p.full and view.shape == shape:
             self.codec.decode(blob, shape, self.dtype, out=view, context=context)
+        elif self._decodes_regions and all(s.step == 1 for s in p.chunk_sel):
+            self.codec.decode_region(  # type: ignore[attr-defined]
+                blob, shape, p.chunk_sel, view, context
+            )
         else:
             chunk = self.codec.decode(blob, shape, self.dtype, context=context)
             view[...] = chunk[p.chunk_sel]
@@ -130,27 +183,32 @@ class ChunkedArray:
         parts = chunk_parts(sel, self.grid)
         if not parts:
             return
-        full = [p for p in parts if p.full]
-        encoded: dict[ChunkCoord, bytes | None] = {}
-
-        def encode_full(p: ChunkPart) -> None:
-            encoded[p.coord] = self._encode(p.coord, self._chunk_from_value(p, arr))
-
-        run_parallel(encode_full, full, self._threads())
         by_coord = {p.coord: p for p in parts}
         units = list(self.store.units(list(by_coord)).items())
+        threads = self._threads()
+        # Units are written concurrently; a unit's chunks are encoded on several threads
+        # only when there are fewer units than threads.
+        inner = threads if len(units) < threads else 1
 
         def write_unit(item: tuple[Any, list[ChunkCoord]]) -> None:
             unit, coords = item
-            members = [by_coord[c] for c in coords]
-            self._write_unit(unit, members, encoded, arr)
+            self._write_unit(unit, [by_coord[c] for c in coords], arr, inner)
 
-        run_parallel(write_unit, units, self._threads())
+        run_parallel(write_unit, units, self._writers(len(units), len(parts), threads))
+
+    def _writers(self, n_units: int, n_chunks: int, threads: int) -> int:
+        """Threads writing units: more than the CPUs, so that some encode while others
+        wait for their files to reach the disk (fsync), but with at most about
+        _WRITE_BUFFER_BYTES of units in flight."""
+        unit_bytes = max(1, n_chunks // n_units) * math.prod(self.grid.chunk_shape)
+        unit_bytes *= self.dtype.itemsize
+        return max(threads, min(_MAX_WRITERS, _WRITE_BUFFER_BYTES // unit_bytes))
 
     def _write_unit(
-        self, unit: Any, members: list[ChunkPart], encoded: dict[ChunkCoord, bytes | None],
-        arr: np.ndarray,
+        self, unit: Any, members: list[ChunkPart], arr: np.ndarray, threads: int
     ) -> None:
+        """Encode and store one unit's chunks (fully covered ones before taking its lock)."""
+        full = [p for p in members if p.full]
         partial = [p for p in members if not p.full]
         all_chunks = self.store.unit_chunks(unit)
         replace = (
@@ -158,20 +216,22 @@ class ChunkedArray:
             and all_chunks is not None
             and set(all_chunks) == {p.coord for p in members}
         )
+        blobs: dict[ChunkCoord, bytes | None] = {}
+
+        def encode_full(p: ChunkPart) -> None:
+            blobs[p.coord] = self._encode(p.coord, self._chunk_from_value(p, arr))
+
+        run_parallel(encode_full, full, threads)
 
         def apply() -> None:
             existing = self.store.read_chunks([p.coord for p in partial]) if partial else {}
-            put: dict[ChunkCoord, bytes] = {}
-            delete: list[ChunkCoord] = []
-            for p in members:
-                if p.full:
-                    blob = encoded[p.coord]
-                else:
-                    blob = self._encode(p.coord, self._merge(p, existing.get(p.coord), arr))
-                if blob is None:
-                    delete.append(p.coord)
-                else:
-                    put[p.coord] = blob
+
+            def encode_merged(p: ChunkPart) -> None:
+                blobs[p.coord] = self._encode(p.coord, self._merge(p, existing.get(p.coord), arr))
+
+            run_parallel(encode_merged, partial, threads)
+            put = {c: b for c, b in blobs.items() if b is not None}
+            delete = [c for c, b in blobs.items() if b is None]
             self.store.update_unit(unit, put, delete, replace=replace)
 
         if replace:

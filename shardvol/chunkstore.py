@@ -14,11 +14,12 @@ read-modify-write cycle.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
 ChunkCoord = tuple[int, ...]
 Unit = Hashable
+ChunkRead = tuple[ChunkCoord, "bytes | memoryview | None", str]  # coord, encoded bytes, name
 
 
 class ChunkStore(ABC):
@@ -31,6 +32,18 @@ class ChunkStore(ABC):
         Implementations batch the I/O (shard indexes once, coalesced byte ranges,
         concurrent requests).
         """
+
+    def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
+        """``(coord, encoded bytes or None if absent, describe(coord))`` for every one of the
+        (distinct) ``coords``, in any order.
+
+        Stores may produce the values one by one as they read them, so that a caller
+        which decodes and drops each before taking the next holds one at a time (and
+        decodes it while it is still in the CPU cache).  Default: one :meth:`read_chunks`.
+        """
+        data = self.read_chunks(coords)
+        for c in coords:
+            yield c, data.get(c), self.describe(c)
 
     @abstractmethod
     def units(self, coords: Sequence[ChunkCoord]) -> dict[Unit, list[ChunkCoord]]:

@@ -6,10 +6,10 @@ chunk wide, so the generic engine can treat a scale as an (x, y, z, c) array.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
-from shardvol.chunkstore import ChunkCoord, ChunkStore
+from shardvol.chunkstore import ChunkCoord, ChunkRead, ChunkStore
 from shardvol.compression import gzip_decompress
 from shardvol.errors import ChunkDecodeError
 from shardvol.grid import ChunkGrid
@@ -32,7 +32,10 @@ class UnshardedChunkStore(ChunkStore):
         self.grid = grid
 
     def describe(self, coord: ChunkCoord) -> str:
-        return f"chunk {self.kv.url}/{chunk_key(self.grid, coord)}"
+        return self._name(chunk_key(self.grid, coord))
+
+    def _name(self, key: str) -> str:
+        return f"chunk {self.kv.url}/{key}"
 
     def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
         keys = [chunk_key(self.grid, c) for c in coords]
@@ -43,10 +46,24 @@ class UnshardedChunkStore(ChunkStore):
             gz = self.kv.get_many([keys[i] + ".gz" for i in missing])
             for i, blob in zip(missing, gz):
                 if blob is not None:
-                    found[coords[i]] = gzip_decompress(
-                        blob, f"chunk {self.kv.url}/{keys[i]}.gz", ChunkDecodeError
-                    )
+                    found[coords[i]] = self._gunzip(blob, keys[i])
         return found
+
+    def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
+        """Local stores: one file at a time; remote ones: concurrent requests first."""
+        if not self.kv.local:
+            yield from super().iter_chunks(coords)
+            return
+        for c in coords:
+            key = chunk_key(self.grid, c)
+            blob = self.kv.get(key)
+            if blob is None:
+                gz = self.kv.get(key + ".gz")
+                blob = None if gz is None else self._gunzip(gz, key)
+            yield c, blob, self._name(key)
+
+    def _gunzip(self, blob: bytes, key: str) -> bytes:
+        return gzip_decompress(blob, self._name(key) + ".gz", ChunkDecodeError)
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, list[ChunkCoord]]:
         return {c: [c] for c in coords}

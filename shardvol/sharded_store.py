@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from shardvol.chunkstore import ChunkCoord, ChunkStore
+from shardvol.chunkstore import ChunkCoord, ChunkRead, ChunkStore
 from shardvol.grid import ChunkGrid
 from shardvol.errors import InvalidArgumentError
 from shardvol.kernels import compressed_morton_code, decode_morton_code
@@ -38,13 +38,32 @@ class ShardedChunkStore(ChunkStore):
         return compressed_morton_code(xyz, self.grid_size)
 
     def describe(self, coord: ChunkCoord) -> str:
-        code = int(self.codes([coord])[0])
-        return f"chunk {tuple(coord[:3])} (id {code}) in {self.kv.url}/{self.spec.filename(code)}"
+        return self._names([coord])[0]
+
+    def _names(self, coords: Sequence[ChunkCoord], codes: np.ndarray | None = None) -> list[str]:
+        """How error messages name chunks (by coordinate, id and shard file)."""
+        codes = self.codes(coords) if codes is None else codes
+        shards, _ = self.spec.shard_and_minishard(codes)
+        return [
+            f"chunk {tuple(c[:3])} (id {k}) in {self.kv.url}/{self.spec.shard_filename(s)}"
+            for c, k, s in zip(coords, codes.tolist(), shards.tolist())
+        ]
 
     def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
         codes = [int(k) for k in self.codes(coords)]
         data = self.reader.get_data_many(codes)
         return {c: data[k] for c, k in zip(coords, codes) if k in data}
+
+    def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
+        """Values are decoded (gunzipped) one at a time, as the caller takes them."""
+        codes = self.codes(coords)
+        index = {k: i for i, k in enumerate(codes.tolist())}
+        names = self._names(coords, codes)
+        for key, blob in self.reader.iter_data_many(codes):
+            i = index.pop(key)
+            yield coords[i], blob, names[i]
+        for i in index.values():
+            yield coords[i], None, names[i]
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[int, list[ChunkCoord]]:
         shards, _ = self.spec.shard_and_minishard(self.codes(coords))

@@ -64,16 +64,30 @@ def _decode_message(sv_cseg_error err, size_t nbytes):
     return f"corrupt data (reason {r})"
 
 
-def decode(data, block_size, cnp.ndarray out not None, str context=""):
+def decode(data, block_size, cnp.ndarray out not None, str context="", shape=None,
+           origin=None):
     """Decode compressed_segmentation ``data`` into ``out``, a 4-D (x, y, z, channel)
     uint32/uint64 array of any strides (written in place).
 
+    With ``shape`` and ``origin`` (4 integers each), ``data`` holds a chunk of
+    ``shape`` and only its voxels ``[origin, origin + out.shape)`` are decoded.
     Raises ChunkDecodeError naming ``context`` if the data is corrupt or truncated.
     """
-    cdef size_t shape[4]
+    cdef size_t region[4]
     cdef size_t block[3]
     cdef ptrdiff_t strides[4]
-    _geometry(out, block_size, shape, block, strides)
+    cdef size_t full[4]
+    cdef size_t start[4]
+    _geometry(out, block_size, region, block, strides)
+    if (shape is None) != (origin is None):
+        raise InvalidArgumentError("decode: give both shape and origin, or neither")
+    for d in range(4):
+        full[d] = region[d] if shape is None else shape[d]
+        start[d] = 0 if origin is None else origin[d]
+        if start[d] > full[d] or region[d] > full[d] - start[d]:
+            raise InvalidArgumentError(
+                f"decode: region at {tuple(origin)} of shape {(<object>out).shape} is not "
+                f"inside the chunk shape {tuple(shape)}")
     if not out.flags.writeable:
         raise InvalidArgumentError("decode output array is read-only")
     cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
@@ -85,7 +99,8 @@ def decode(data, block_size, cnp.ndarray out not None, str context=""):
     cdef sv_cseg_error err
     cdef int rc
     with nogil:
-        rc = sv_cseg_decode(pdata, nbytes, label_bytes, shape, block, pout, strides, &err)
+        rc = sv_cseg_decode_region(pdata, nbytes, label_bytes, full, block, start, region, pout,
+                                   strides, &err)
     if rc == SV_OK:
         return
     if rc == SV_ERR_ARGUMENT:

@@ -25,8 +25,9 @@ class Codec(ABC):
     dtype in any memory order.  ``decode(data, shape, dtype, out=None,
     context="")`` returns a Fortran-ordered ``(x, y, z, channel)`` array, or
     fills ``out`` (any writable view of exactly ``shape``, typically a strided
-    slice of a larger array) and returns it.  ``context`` (a chunk key or shard
-    name) is named in every ChunkDecodeError.
+    slice of a larger array) and returns it.  ``decode_region`` decodes only a
+    box of the chunk into ``out``.  ``context`` (a chunk key or shard name) is
+    named in every ChunkDecodeError.
     """
 
     encoding: ClassVar[str]
@@ -100,6 +101,34 @@ class Codec(ABC):
             self._check_out(out, shape)
         return self._decode(_byte_buffer(data), shape, out, context or "chunk")
 
+    def decode_region(
+        self,
+        data: bytes,
+        shape: tuple[int, int, int, int],
+        region: tuple[slice, ...],
+        out: np.ndarray,
+        context: str = "",
+    ) -> np.ndarray:
+        """Decode the box ``region`` (4 slices of step 1) of a chunk of ``shape`` into ``out``.
+
+        ``out`` (any writable view) has the box's shape; returns it.  The data is
+        checked as by :meth:`decode`, except that encodings which skip the parts
+        of the chunk outside the box may not look at those parts' values.
+        """
+        shape = self._check_shape(shape)
+        origin = _region_origin(region, shape)
+        self._check_out(out, tuple(s.stop - s.start for s in region))  # type: ignore[arg-type]
+        self._decode_region(_byte_buffer(data), shape, origin, out, context or "chunk")
+        return out
+
+    def _decode_region(
+        self, data: bytes, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
+    ) -> None:
+        """Decode the box of ``out.shape`` at ``origin`` (checked); by default the whole chunk
+        is decoded and the box copied."""
+        chunk = self._decode(data, shape, None, where)
+        np.copyto(out, chunk[tuple(slice(o, o + n) for o, n in zip(origin, out.shape))])
+
     @abstractmethod
     def _encode(self, array: np.ndarray) -> bytes:
         """Encode a checked 4-D array of the codec's dtype (any strides, any byte order)."""
@@ -161,6 +190,22 @@ def _byte_buffer(data) -> bytes | memoryview:
         raise InvalidArgumentError(
             f"chunk data must be a contiguous bytes-like object, got {type(data).__name__}")
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def _region_origin(region: tuple[slice, ...], shape: Shape4) -> Shape4:
+    """First index of each axis of ``region``: 4 slices of step 1 within ``shape``."""
+    if len(region) != 4 or not all(isinstance(s, slice) for s in region):
+        raise InvalidArgumentError(f"region must be 4 slices, got {region!r}")
+    origin = []
+    for s, n in zip(region, shape):
+        if s.step not in (None, 1) or s.start is None or s.stop is None or not (
+            0 <= s.start <= s.stop <= n
+        ):
+            raise InvalidArgumentError(
+                f"region {region!r} is not a box of step-1 slices inside the chunk shape {shape}"
+            )
+        origin.append(s.start)
+    return tuple(origin)  # type: ignore[return-value]
 
 
 def fortran_empty(shape: Shape4, dtype: np.dtype) -> np.ndarray:

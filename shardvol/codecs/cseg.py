@@ -48,13 +48,23 @@ class CompressedSegmentationCodec(Codec):
 
     def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
         target = fortran_empty(shape, self.dtype) if out is None else out
+        self._decode_into(data, target, where)
+        return target
+
+    def _decode_region(
+        self, data: bytes, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
+    ) -> None:
+        """Only the blocks that meet the region are decoded."""
+        self._decode_into(data, out, where, shape=shape, origin=origin)
+
+    def _decode_into(self, data: bytes, target: np.ndarray, where: str, **region) -> None:
+        """Decode into ``target``; ``region``: the chunk's ``shape`` and the box's ``origin``."""
         if any(s % target.itemsize for s in target.strides):  # exotic view: decode, then copy
-            tmp = fortran_empty(shape, self.dtype)
-            _cseg.decode(data, self.compressed_segmentation_block_size, tmp, where)
+            tmp = fortran_empty(target.shape, self.dtype)
+            _cseg.decode(data, self.compressed_segmentation_block_size, tmp, where, **region)
             np.copyto(target, tmp)
         else:
-            _cseg.decode(data, self.compressed_segmentation_block_size, target, where)
-        return target
+            _cseg.decode(data, self.compressed_segmentation_block_size, target, where, **region)
 
 
 def _block_size(value) -> tuple[int, int, int]:

@@ -6,6 +6,8 @@ decompressed first.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from shardvol.codecs.base import Codec, Shape4
@@ -36,18 +38,28 @@ class RawCodec(Codec):
         return np.asarray(array, dtype=self.dtype.newbyteorder("<")).tobytes(order="F")
 
     def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
-        expected = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
+        voxels = self._voxels(data, shape, where)
+        if out is None:  # always a copy: never alias the caller's buffer
+            return np.array(voxels, dtype=self.dtype, order="F")
+        np.copyto(out, voxels, casting="equiv")
+        return out
+
+    def _decode_region(
+        self, data: bytes, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
+    ) -> None:
+        box = tuple(slice(o, o + n) for o, n in zip(origin, out.shape))
+        np.copyto(out, self._voxels(data, shape, where)[box], casting="equiv")
+
+    def _voxels(self, data: bytes, shape: Shape4, where: str) -> np.ndarray:
+        """A read-only (x, y, z, channel) view of the chunk's voxels in ``data``."""
+        expected = math.prod(shape) * self.dtype.itemsize
         if is_gzip(data):
             data = _gunzip_or_raw(data, expected, where)
         if len(data) != expected:
             raise ChunkDecodeError(
                 f"{where}: raw chunk of shape {shape[:3]} x {shape[3]} channel(s) of "
                 f"{self.dtype.name} needs {expected} bytes, got {len(data)}")
-        voxels = np.frombuffer(data, dtype=self.dtype.newbyteorder("<")).reshape(shape, order="F")
-        if out is None:  # always a copy: never alias the caller's buffer
-            return np.array(voxels, dtype=self.dtype, order="F")
-        np.copyto(out, voxels, casting="equiv")
-        return out
+        return np.frombuffer(data, dtype=self.dtype.newbyteorder("<")).reshape(shape, order="F")
 
 
 def _gunzip_or_raw(data: bytes, expected: int, where: str) -> bytes:

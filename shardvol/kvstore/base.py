@@ -10,6 +10,7 @@ reaching past the end of a value raises :class:`ByteRangeError`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -45,6 +46,11 @@ def check_key(key: str) -> str:
     """Return ``key`` if it is a valid relative key, else raise InvalidKeyError."""
     if not isinstance(key, str) or not key:
         raise InvalidKeyError(f"store key must be a non-empty string, got {key!r}")
+    return _check_path(key)
+
+
+@functools.lru_cache(maxsize=4096)  # every chunk read checks its key (twice through a prefix)
+def _check_path(key: str) -> str:
     if key.startswith("/") or "\\" in key or "\0" in key:
         raise InvalidKeyError(f"store key {key!r} must be a relative '/'-separated path")
     parts = key.split("/")
@@ -95,6 +101,9 @@ class KVStore(ABC):
 
     url: str
     read_only: bool = False
+    #: Reads are memory or page-cache copies (no network round trip): reading values one
+    #: at a time, in the thread that uses them, is then cheaper than fanning out requests.
+    local: bool = False
 
     @abstractmethod
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:

@@ -5,6 +5,12 @@ directory, are fsynced, and are renamed over the target, so a reader or a
 crash never sees a torn value.  ``lock(key)`` takes an ``fcntl`` lock on a
 hidden sidecar file (removed again on release), which serialises
 read-modify-write cycles across threads and processes on the same host.
+
+The fsync (on by default, like TensorStore's ``file_io_sync``) is what makes a
+value survive a power loss once written; it is about half the time of writing
+many small files (512 chunk files of 256 KiB: ~120 ms instead of ~60 ms, with
+writers overlapping their fsyncs).  ``FileStore(path, fsync=False)`` skips it;
+writes stay atomic for readers either way.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ def path_from_url(url: str) -> str:
 
 class FileStore(KVStore):
     """Values as files below a root directory."""
+
+    local = True
 
     def __init__(self, root: str, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.path.expanduser(path_from_url(root)))

@@ -13,6 +13,8 @@ _SPACES_LOCK = threading.Lock()
 class MemoryStore(KVStore):
     """Values in a dict; ``memory://a`` opened twice sees the same values."""
 
+    local = True
+
     def __init__(self, url: str = "memory://") -> None:
         name = url[len("memory://") :] if url.startswith("memory://") else url
         name = name.strip("/")

@@ -16,6 +16,7 @@ class PrefixStore(KVStore):
         self.prefix = check_key(prefix.strip("/"))
         self.url = f"{base.url.rstrip('/')}/{self.prefix}"
         self.read_only = base.read_only
+        self.local = base.local
 
     def _k(self, key: str) -> str:
         return join_key(self.prefix, check_key(key))

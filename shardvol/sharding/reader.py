@@ -3,7 +3,8 @@
 ``get_data_many`` groups keys by shard, reads each shard index once (cached),
 reads only the minishard indexes it needs (cached, nearby ranges of one file in
 one request), then reads the data of all keys with nearby byte ranges of a file
-coalesced into one request, and decodes gzip on the codec threads.
+coalesced into one request, and decodes gzip on the codec threads
+(``iter_data_many``: one value at a time, in the caller's thread).
 
 Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 ``<shard>.data`` pair (the ``.shard`` file is their concatenation).
@@ -12,14 +13,15 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from shardvol.compression import gzip_decompress
 from shardvol.errors import ByteRangeError, ShardFormatError
-from shardvol.kvstore import FileStore, KVStore, MemoryStore, PrefixStore, open_store
+from shardvol.kvstore import KVStore, open_store
 from shardvol.sharding.index import (
     EMPTY_MINISHARD,
     MinishardIndex,
@@ -115,7 +117,7 @@ class ShardReader:
         self.shard_index_cache = LRU(shard_index_cache_size)
         self.minishard_index_cache = LRU(minishard_index_cache_size)
         if coalesce_gap is None:
-            coalesce_gap = LOCAL_COALESCE_GAP if _is_local(self.store) else REMOTE_COALESCE_GAP
+            coalesce_gap = LOCAL_COALESCE_GAP if self.store.local else REMOTE_COALESCE_GAP
         self.coalesce_gap = int(coalesce_gap)
         self.max_read = int(max_read)
 
@@ -144,20 +146,27 @@ class ShardReader:
     def get_data_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
         """``{key: value}`` for the keys that are present (absent keys are left out)."""
         loc = self._locate(keys)
-        n = len(loc.keys)
-        if n == 0:
+        if len(loc.keys) == 0:
             return {}
-        blobs = self._read_data(loc)
-        klist = loc.keys.tolist()
-        values = decode_values(
-            self.spec,
-            blobs,
-            lambda i: (
-                f"{loc.files[loc.file[i]]}: minishard {int(loc.minishards[i])}: "
-                f"data of key {klist[i]}"
-            ),
-        )
-        return dict(zip(klist, values))
+        values = decode_values(self.spec, self._read_data(loc), lambda i: _value_name(loc, i))
+        return dict(zip(loc.keys.tolist(), values))
+
+    def iter_data_many(
+        self, keys: Iterable[int] | np.ndarray
+    ) -> Iterator[tuple[int, bytes | memoryview]]:
+        """``(key, value)`` for the keys that are present, values decoded one at a time.
+
+        For callers that use each value and drop it before taking the next: they
+        hold about ``max_read`` bytes of the shard files at a time, and decode values
+        still in the CPU cache.  With raw data encoding the values are read-only views
+        of the bytes read (no copy).  Values come in file order, not key order.
+        """
+        loc = self._locate(keys)
+        gzip = self.spec.data_encoding == "gzip"
+        for i, blob in self._iter_read_data(loc, group_bytes=self.max_read):
+            if gzip:
+                blob = gzip_decompress(blob, _value_name(loc, i), ShardFormatError)
+            yield int(loc.keys[i]), blob
 
     def exists(self, keys: Any, return_byte_range: bool = False) -> Any:
         """Where keys are stored, CloudVolume style.
@@ -345,6 +354,21 @@ class ShardReader:
 
     def _read_data(self, loc: _Located) -> list[memoryview]:
         """The stored bytes of each located key (views into coalesced reads)."""
+        out: list[memoryview] = [None] * len(loc.keys)  # type: ignore[list-item]
+        for i, view in self._iter_read_data(loc, group_bytes=None):
+            out[i] = view
+        return out
+
+    def _iter_read_data(
+        self, loc: _Located, group_bytes: int | None
+    ) -> Iterator[tuple[int, memoryview]]:
+        """``(i, stored bytes of the i-th located key)`` (views into coalesced reads).
+
+        The requests are sent concurrently in groups of about ``group_bytes`` (all at
+        once if None), so that a caller dropping the views as it goes holds about that
+        much at a time."""
+        if len(loc.keys) == 0:
+            return
         ends = loc.starts + loc.sizes
         order = np.lexsort((loc.starts, loc.file))
         file_sorted = loc.file[order]
@@ -356,9 +380,9 @@ class ShardReader:
             for run in self._coalesce(list(zip(loc.starts[idx].tolist(), ends[idx].tolist()))):
                 placements.append((idx[run.first : run.last], run.start))
                 requests.append((key, (run.start, run.stop)))
-        blobs = self._get_many(
-            requests,
-            lambda key, size: _first_past_end(
+
+        def explain(key: str, size: int) -> str | None:
+            return _first_past_end(
                 key,
                 size,
                 (
@@ -366,18 +390,21 @@ class ShardReader:
                     for i, k in enumerate(loc.keys.tolist())
                     if loc.files[loc.file[i]] == key
                 ),
-            ),
-        )
-        out: list[memoryview] = [None] * len(loc.keys)  # type: ignore[list-item]
+            )
+
         starts, sizes = loc.starts.tolist(), loc.sizes.tolist()
-        for (key, _), (idx, base), blob in zip(requests, placements, blobs):
-            if blob is None:
-                raise ShardFormatError(f"{key}: file disappeared while reading its data")
-            view = memoryview(blob)
-            for i in idx.tolist():
-                a = starts[i] - base
-                out[i] = view[a : a + sizes[i]]
-        return out
+        for first, last in _request_groups(requests, group_bytes):
+            blobs = self._get_many(requests[first:last], explain)
+            for (key, _), (idx, base), blob in zip(
+                requests[first:last], placements[first:last], blobs
+            ):
+                if blob is None:
+                    raise ShardFormatError(f"{key}: file disappeared while reading its data")
+                view = memoryview(blob)
+                for i in idx.tolist():
+                    a = starts[i] - base
+                    yield i, view[a : a + sizes[i]]
+
 
     # -- I/O helpers ---------------------------------------------------------------------
 
@@ -414,10 +441,26 @@ class ShardReader:
             raise ShardFormatError(f"shard file shorter than its index says: {e}") from e
 
 
-def _is_local(store: KVStore) -> bool:
-    while isinstance(store, PrefixStore):
-        store = store.base
-    return isinstance(store, (FileStore, MemoryStore))
+def _request_groups(requests: list, group_bytes: int | None) -> list[tuple[int, int]]:
+    """``[first, last)`` slices of ``requests`` ``(key, (start, stop))`` of about
+    ``group_bytes`` each (at least one request; one slice of all if None)."""
+    if group_bytes is None:
+        return [(0, len(requests))] if requests else []
+    groups, first, total = [], 0, 0
+    for i, (_, (start, stop)) in enumerate(requests):
+        if i > first and total + stop - start > group_bytes:
+            groups.append((first, i))
+            first, total = i, 0
+        total += stop - start
+    if requests:
+        groups.append((first, len(requests)))
+    return groups
+
+
+def _value_name(loc: _Located, i: int) -> str:
+    """How error messages name the data of the ``i``-th located key."""
+    file, minishard = loc.files[loc.file[i]], int(loc.minishards[i])
+    return f"{file}: minishard {minishard}: data of key {loc.keys[i]}"
 
 
 def _first_past_end(key: str, size: int, ranges: Iterable) -> str | None:
