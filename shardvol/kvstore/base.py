@@ -14,7 +14,7 @@ import functools
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Tuple, Union
 
@@ -135,6 +135,14 @@ class KVStore(ABC):
     @abstractmethod
     def size(self, key: str) -> int | None:
         """Length in bytes of the value under ``key``; None if absent."""
+
+    def version(self, key: str) -> Hashable | None:
+        """A token that changes whenever ``key`` is written or deleted; None if unknown.
+
+        Caches of derived data (shard indexes) compare it to notice that another
+        writer replaced a value.  Backends that cannot tell cheaply return None.
+        """
+        return None
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:

@@ -175,6 +175,14 @@ class FileStore(KVStore):
             return None
         return st.st_size if stat.S_ISREG(st.st_mode) else None
 
+    def version(self, key: str) -> tuple[int, ...]:
+        """(inode, mtime, size): an atomic replace always makes a new inode; () if absent."""
+        try:
+            st = os.stat(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return ()
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         path = self._path(key)

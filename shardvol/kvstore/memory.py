@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from shardvol.kvstore.base import ByteRange, KVStore, check_key, check_prefix, resolve_range
 
 _SPACES: dict[str, dict[str, bytes]] = {}
+_VERSIONS: dict[str, dict[str, int]] = {}
+_COUNTER = itertools.count(1)
 _SPACES_LOCK = threading.Lock()
 
 
@@ -21,6 +24,7 @@ class MemoryStore(KVStore):
         self.url = "memory://" + name
         with _SPACES_LOCK:
             self._data = _SPACES.setdefault(name, {})
+            self._versions = _VERSIONS.setdefault(name, {})
         self._guard = threading.Lock()
 
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
@@ -33,9 +37,19 @@ class MemoryStore(KVStore):
     def set(self, key: str, value: bytes) -> None:
         check_key(key)
         self._data[key] = bytes(value)
+        self._bump(key)
 
     def delete(self, key: str) -> None:
         self._data.pop(check_key(key), None)
+        self._bump(key)
+
+    def _bump(self, key: str) -> None:
+        with _SPACES_LOCK:
+            self._versions[key] = next(_COUNTER)
+
+    def version(self, key: str) -> int:
+        """A process-wide write counter of ``key`` (0 if never written)."""
+        return self._versions.get(check_key(key), 0)
 
     def list(self, prefix: str = "") -> list[str]:
         check_prefix(prefix)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 
 from shardvol.kvstore.base import ByteRange, KVStore, Request, check_key, join_key, normalize_request
 
@@ -39,6 +39,9 @@ class PrefixStore(KVStore):
 
     def size(self, key: str) -> int | None:
         return self.base.size(self._k(key))
+
+    def version(self, key: str) -> Hashable | None:
+        return self.base.version(self._k(key))
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:

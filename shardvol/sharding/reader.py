@@ -13,14 +13,14 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from shardvol.compression import gzip_decompress
-from shardvol.errors import ByteRangeError, ShardFormatError
+from shardvol.errors import ByteRangeError, ShardFormatError, WriteConflictError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.sharding.index import (
     EMPTY_MINISHARD,
@@ -39,6 +39,8 @@ from shardvol.sharding.spec import ShardingSpec, as_keys
 LOCAL_COALESCE_GAP = 16 * 1024
 REMOTE_COALESCE_GAP = 1024 * 1024
 DEFAULT_MAX_READ = 32 * 1024 * 1024
+# Reads restart when a shard file is replaced under them; this many times at most.
+_ATTEMPTS = 8
 
 
 class _Shard(NamedTuple):
@@ -50,6 +52,18 @@ class _Shard(NamedTuple):
     index: np.ndarray  # (num_minishards, 2) minishard index ranges relative to origin
 
 
+class _Cached(NamedTuple):
+    """A shard index cache entry: the shard (None if absent) and the store's version
+    token of its data file when the index was read (None: the store cannot tell)."""
+
+    shard: _Shard | None
+    version: Hashable | None
+
+
+class _Stale(Exception):
+    """A shard file changed between reading its index and its data (retry)."""
+
+
 class _Located(NamedTuple):
     """Where the data of the found keys are (arrays over found keys, ascending key order)."""
 
@@ -59,6 +73,7 @@ class _Located(NamedTuple):
     sizes: np.ndarray
     file: np.ndarray  # index into files of each found key
     files: list[str]  # data files (store keys) holding the found keys
+    versions: list[Hashable | None]  # each data file's version when its index was read
 
 
 def obsolete_names(filename: str) -> tuple[str, str]:
@@ -99,8 +114,13 @@ class ShardReader:
     ``coalesce_gap``: byte ranges of one file closer than this are read as one
     request (at most ``max_read`` bytes); by default 16 KiB for local files and
     memory, 1 MiB for remote stores.  Caches hold shard indexes by file
-    name and minishard indexes by (file name, minishard); call
-    :meth:`invalidate` after the shard files change.
+    name and minishard indexes by (file name, minishard).
+
+    Where the store has version tokens (local files, memory), a cached index is
+    used only while its file is unchanged, and data read from a file that was
+    replaced meanwhile is read again: another writer (thread or process)
+    rewriting a shard never makes a reader return stale or mixed bytes.  On
+    other stores call :meth:`invalidate` after the shard files change.
     """
 
     def __init__(
@@ -145,11 +165,19 @@ class ShardReader:
 
     def get_data_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
         """``{key: value}`` for the keys that are present (absent keys are left out)."""
-        loc = self._locate(keys)
-        if len(loc.keys) == 0:
-            return {}
-        values = decode_values(self.spec, self._read_data(loc), lambda i: _value_name(loc, i))
-        return dict(zip(loc.keys.tolist(), values))
+        keys = as_keys(keys)
+        for _ in range(_ATTEMPTS):
+            try:
+                loc = self._locate(keys)
+                if len(loc.keys) == 0:
+                    return {}
+                stored = self._read_data(loc)
+            except (_Stale, ShardFormatError) as e:
+                self._retry_or_raise(keys, e)
+                continue
+            values = decode_values(self.spec, stored, lambda i: _value_name(loc, i))
+            return dict(zip(loc.keys.tolist(), values))
+        raise self._conflict(keys)
 
     def iter_data_many(
         self, keys: Iterable[int] | np.ndarray
@@ -161,12 +189,43 @@ class ShardReader:
         still in the CPU cache.  With raw data encoding the values are read-only views
         of the bytes read (no copy).  Values come in file order, not key order.
         """
-        loc = self._locate(keys)
+        pending = as_keys(keys)
         gzip = self.spec.data_encoding == "gzip"
-        for i, blob in self._iter_read_data(loc, group_bytes=self.max_read):
-            if gzip:
-                blob = gzip_decompress(blob, _value_name(loc, i), ShardFormatError)
-            yield int(loc.keys[i]), blob
+        for _ in range(_ATTEMPTS):
+            done: list[int] = []
+            try:
+                loc = self._locate(pending)
+                for i, blob in self._iter_read_data(loc, group_bytes=self.max_read):
+                    if gzip:
+                        blob = gzip_decompress(blob, _value_name(loc, i), ShardFormatError)
+                    done.append(int(loc.keys[i]))
+                    yield done[-1], blob
+                return
+            except (_Stale, ShardFormatError) as e:
+                self._retry_or_raise(pending, e)
+                pending = np.setdiff1d(pending, np.array(done, dtype=np.uint64))
+        raise self._conflict(pending)
+
+    def _retry_or_raise(self, keys: np.ndarray, error: Exception) -> None:
+        """After a failed read: drop the indexes of shard files that changed meanwhile
+        (the caller retries), or re-raise a ShardFormatError if none did (real damage)."""
+        shards, _ = self.spec.shard_and_minishard(keys)
+        changed = False
+        for fn in (self.spec.shard_filename(s) for s in np.unique(shards).tolist()):
+            entry = self.shard_index_cache.get(fn)
+            if entry is not None and entry.version != self._version(fn, entry.shard):
+                self.invalidate(fn)
+                changed = True
+        if not changed and not isinstance(error, _Stale):
+            raise error
+
+    def _conflict(self, keys: np.ndarray) -> WriteConflictError:
+        shards, _ = self.spec.shard_and_minishard(keys)
+        names = sorted({self.spec.shard_filename(s) for s in shards.tolist()})
+        return WriteConflictError(
+            f"{self.store.url}: shard files {', '.join(names[:4])} kept changing while being "
+            f"read ({_ATTEMPTS} attempts)"
+        )
 
     def exists(self, keys: Any, return_byte_range: bool = False) -> Any:
         """Where keys are stored, CloudVolume style.
@@ -188,7 +247,7 @@ class ShardReader:
 
     def list_labels(self, filename: str) -> np.ndarray:
         """Every key stored in shard file ``filename``, ascending (uint64)."""
-        shard = self._shard_infos([filename])[0]
+        shard = self._shard_infos([filename])[0].shard
         if shard is None:
             return np.zeros(0, dtype=np.uint64)
         used = np.flatnonzero(shard.index[:, 1] != shard.index[:, 0])
@@ -202,16 +261,34 @@ class ShardReader:
 
     # -- shard indexes -------------------------------------------------------------------
 
-    def _shard_infos(self, filenames: list[str]) -> list[_Shard | None]:
-        """Shard index of each file (None for absent shards), through the cache."""
-        cached = [self.shard_index_cache.get(fn, False) for fn in filenames]
-        missing = [fn for fn, c in zip(filenames, cached) if c is False]
+    def _version(self, filename: str, shard: _Shard | None) -> Hashable | None:
+        """Current version token of the file holding ``filename``'s data."""
+        return self.store.version(shard.data_key if shard is not None else filename)
+
+    def _shard_infos(self, filenames: list[str]) -> list[_Cached]:
+        """Shard index of each file (shard None when absent), through the cache.
+
+        A cached index whose file has another version now is dropped and read again.
+        """
+        out: list[_Cached] = [None] * len(filenames)  # type: ignore[list-item]
+        missing = []
+        for i, fn in enumerate(filenames):
+            entry = self.shard_index_cache.get(fn)
+            if entry is not None and entry.version == self._version(fn, entry.shard):
+                out[i] = entry
+            else:
+                if entry is not None:
+                    self.invalidate(fn)
+                missing.append(i)
         if missing:
-            found = dict(zip(missing, self._fetch_shard_indexes(missing)))
-            for fn, info in found.items():
-                self.shard_index_cache[fn] = info
-            cached = [found[fn] if c is False else c for fn, c in zip(filenames, cached)]
-        return cached
+            names = [filenames[i] for i in missing]
+            versions = [self.store.version(fn) for fn in names]  # before reading: errs stale
+            for i, fn, version, shard in zip(missing, names, versions,
+                                             self._fetch_shard_indexes(names)):
+                if shard is not None and shard.data_key != fn:
+                    version = self.store.version(shard.data_key)
+                out[i] = self.shard_index_cache[fn] = _Cached(shard, version)
+        return out
 
     def _fetch_shard_indexes(self, filenames: list[str]) -> list[_Shard | None]:
         n = self.spec.index_length
@@ -320,14 +397,15 @@ class ShardReader:
         g_minishard = minishard[order][new].tolist()
         ushards, g_shard_idx = np.unique(g_shard, return_inverse=True)
         files = [self.spec.shard_filename(s) for s in ushards.tolist()]
-        infos = self._shard_infos(files)
+        cached = self._shard_infos(files)
+        infos = [c.shard for c in cached]
         present = [g for g, s in enumerate(g_shard_idx.tolist()) if infos[s] is not None]
         g_info = [infos[s] for s in g_shard_idx.tolist()]
         msis = self._minishard_indexes([(g_info[g], g_minishard[g]) for g in present])
         counts = np.fromiter((len(msi.ids) for msi in msis), dtype=np.intp, count=len(msis))
         if counts.sum() == 0:
             empty = np.zeros(0, dtype=np.uint64)
-            return _Located(empty, empty, empty, empty, empty.astype(np.intp), [])
+            return _Located(empty, empty, empty, empty, empty.astype(np.intp), [], [])
         e_group = np.repeat(np.array(present, dtype=np.uint64), counts)
         e_ids = np.concatenate([msi.ids for msi in msis])
         # entries are sorted by (group, key): a lexicographic search finds each key in its group
@@ -336,10 +414,19 @@ class ShardReader:
         pos_ok = np.minimum(pos, len(e_ids) - 1)
         hit = (pos < len(e_ids)) & (e_ids[pos_ok] == keys) & (e_group[pos_ok] == group_of_key)
         e = pos[hit]
-        data_files = {}
-        info_file = [
-            data_files.setdefault(info.data_key, len(data_files)) if info else -1 for info in g_info
-        ]
+        data_files: dict[str, int] = {}
+        versions: list[Hashable | None] = []
+        info_file = []
+        for s in g_shard_idx.tolist():
+            info = infos[s]
+            if info is None:
+                info_file.append(-1)
+            elif info.data_key not in data_files:
+                data_files[info.data_key] = len(versions)
+                versions.append(cached[s].version)
+                info_file.append(data_files[info.data_key])
+            else:
+                info_file.append(data_files[info.data_key])
         file_of_group = np.array(info_file, dtype=np.intp)
         return _Located(
             keys[hit],
@@ -348,6 +435,7 @@ class ShardReader:
             np.concatenate([msi.sizes for msi in msis])[e],
             file_of_group[group_of_key[hit].astype(np.intp)],
             list(data_files),
+            versions,
         )
 
     # -- data ----------------------------------------------------------------------------
@@ -393,8 +481,12 @@ class ShardReader:
             )
 
         starts, sizes = loc.starts.tolist(), loc.sizes.tolist()
+        version_of = dict(zip(loc.files, loc.versions))
         for first, last in _request_groups(requests, group_bytes):
             blobs = self._get_many(requests[first:last], explain)
+            for key in dict.fromkeys(k for k, _ in requests[first:last]):
+                if self.store.version(key) != version_of[key]:
+                    raise _Stale(key)  # replaced since its index was read: offsets may lie
             for (key, _), (idx, base), blob in zip(
                 requests[first:last], placements[first:last], blobs
             ):

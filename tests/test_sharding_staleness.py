@@ -1,0 +1,84 @@
+"""Readers with cached shard indexes never return stale or mixed bytes after a rewrite."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardvol import Volume
+from shardvol.errors import ShardFormatError
+from shardvol.kvstore import FileStore, MemoryStore
+from shardvol.sharding import ShardingSpec, ShardReader, write_shards
+
+SPEC = ShardingSpec.from_dict({
+    "@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+    "minishard_bits": 2, "shard_bits": 0, "minishard_index_encoding": "raw",
+    "data_encoding": "raw"})
+
+
+def contents(version: int, n: int = 40) -> dict[int, bytes]:
+    """Values whose sizes change with ``version``, so every offset moves between versions."""
+    return {k: bytes([version]) * (10 + 7 * version + k) for k in range(n)}
+
+
+@pytest.mark.parametrize("make_store", [lambda p: FileStore(str(p)),
+                                        lambda p: MemoryStore(f"memory://stale-{p.name}")])
+def test_other_writer_rewrites_a_cached_shard(tmp_path, make_store):
+    store = make_store(tmp_path)
+    write_shards(store, SPEC, contents(1))
+    reader = ShardReader(store, SPEC)
+    assert reader.get_data_many(range(40)) == contents(1)  # indexes now cached
+    write_shards(store, SPEC, contents(2, 60))  # someone else, without telling the reader
+    assert reader.get_data_many(range(60)) == contents(2, 60)
+    assert dict(reader.iter_data_many(range(60))) == contents(2, 60)
+    store.delete("0.shard")
+    assert reader.get_data_many(range(60)) == {}
+
+
+class SwapAfterFirstDataRead(FileStore):
+    """Replaces the shard file right after the first data read (a writer racing the reader)."""
+
+    swapped = False
+
+    def get_many(self, requests):
+        out = super().get_many(requests)
+        reqs = list(requests)
+        if not self.swapped and any(r[1] and r[1][0] >= SPEC.index_length for r in reqs
+                                    if not isinstance(r, str)):
+            self.swapped = True
+            write_shards(FileStore(self.root), SPEC, contents(3))
+        return out
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_shard_replaced_between_index_and_data_reads(tmp_path, streaming):
+    write_shards(FileStore(str(tmp_path)), SPEC, contents(1))
+    store = SwapAfterFirstDataRead(str(tmp_path))
+    reader = ShardReader(store, SPEC)
+    got = dict(reader.iter_data_many(range(40))) if streaming else reader.get_data_many(range(40))
+    assert store.swapped
+    assert {k: bytes(v) for k, v in got.items()} == contents(3)
+
+
+def test_real_corruption_is_still_an_error(tmp_path):
+    store = FileStore(str(tmp_path))
+    write_shards(store, SPEC, contents(1))
+    reader = ShardReader(store, SPEC)
+    reader.get_data_many(range(40))
+    blob = bytearray(store.get("0.shard"))
+    blob[8:16] = (10**9).to_bytes(8, "little")  # minishard 0's index ends past the file
+    store.set("0.shard", bytes(blob))  # a new version, but corrupt: still reported
+    with pytest.raises(ShardFormatError, match="0.shard"):
+        reader.get_data_many(range(40))
+
+
+def test_two_volume_handles_see_each_others_writes(tmp_path):
+    a = Volume.create(str(tmp_path), size=(64, 64, 16), chunk_size=(16, 16, 16),
+                      data_type="uint16", sharding="auto")
+    b = Volume(str(tmp_path))
+    a[...] = 1
+    assert (b[...] == 1).all()  # b caches the shard index now
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 60000, (64, 64, 16, 1)).astype(np.uint16)  # other chunk sizes
+    a[...] = data
+    np.testing.assert_array_equal(b[...], data)
