@@ -5,6 +5,7 @@ The public API is re-exported here; see README.md for a tour.
 
 from shardvol import errors, zarr3
 from shardvol.convert import copy
+from shardvol.downsample import downsample
 from shardvol.errors import ShardvolError
 from shardvol.kernels import (
     compressed_morton_code,
@@ -15,7 +16,6 @@ from shardvol.kernels import (
 from shardvol.kvstore import KVStore, open_store
 from shardvol.opener import open
 from shardvol.volume import Volume
-from shardvol.downsample import downsample
 from shardvol.zarr3 import ZarrArray
 
 __version__ = "0.1.0"

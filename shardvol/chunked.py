@@ -262,7 +262,7 @@ class ChunkedArray:
         return chunk
 
     def _encode(self, coord: ChunkCoord, chunk: np.ndarray) -> bytes | None:
-        if self.skip_fill_chunks and _all_equal(chunk, self.fill_value):
+        if self.skip_fill_chunks and is_fill(chunk, self.fill_value):
             return None
         return self.codec.encode(chunk)
 
@@ -279,10 +279,14 @@ class ChunkedArray:
         return arr.reshape(tuple(a.count for a in sel))
 
 
-def _all_equal(chunk: np.ndarray, fill: Any) -> bool:
-    if chunk.dtype.kind in "fc" and np.isnan(fill):
-        return bool(np.isnan(chunk).all())
-    return bool((chunk == fill).all())
+def is_fill(array: np.ndarray, fill_value: Any) -> bool:
+    """Whether every element of ``array`` equals ``fill_value`` (NaN equals NaN)."""
+    fill = np.asarray(fill_value, dtype=array.dtype)
+    if array.dtype.kind in "fc" and np.isnan(fill).any():
+        return bool(np.all((array == fill) | (np.isnan(array) & np.isnan(fill))))
+    if array.size and array.flat[0] != fill:  # most stored chunks fail at once
+        return False
+    return bool(np.all(array == fill))
 
 
 def _cast_value(value: Any, dtype: np.dtype) -> np.ndarray:

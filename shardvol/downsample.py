@@ -71,7 +71,7 @@ class Scale:
     chunk: tuple[int, int, int]
 
     @classmethod
-    def of(cls, vol: Volume) -> "Scale":
+    def of(cls, vol: Volume) -> Scale:
         lo, hi = vol.bounds
         unit = vol.chunk_size
         if vol.sharding is not None:

@@ -77,7 +77,7 @@ class ScaleInfo:
         return tuple(-(-s // c) for s, c in zip(self.size, self.chunk_size))  # type: ignore[return-value]
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "scale") -> "ScaleInfo":
+    def from_dict(cls, d: Any, where: str = "scale") -> ScaleInfo:
         if not isinstance(d, dict):
             raise InfoError(f"info: {where} must be an object, got {type(d).__name__}")
         for name in ("key", "size", "resolution", "chunk_sizes", "encoding"):
@@ -167,7 +167,7 @@ class VolumeInfo:
         return np.dtype(self.data_type)
 
     @classmethod
-    def from_dict(cls, d: Any) -> "VolumeInfo":
+    def from_dict(cls, d: Any) -> VolumeInfo:
         if not isinstance(d, dict):
             raise InfoError(f"info: must be a JSON object, got {type(d).__name__}")
         kind = d.get("@type", "neuroglancer_multiscale_volume")
@@ -218,7 +218,7 @@ class VolumeInfo:
             raise InfoError(f"info: {where} compressed_segmentation needs uint32/uint64, not {dt}")
 
     @classmethod
-    def from_json(cls, text: str | bytes, source: str = "info") -> "VolumeInfo":
+    def from_json(cls, text: str | bytes, source: str = "info") -> VolumeInfo:
         try:
             d = json.loads(text)
         except (ValueError, UnicodeDecodeError) as e:
@@ -258,7 +258,7 @@ class VolumeInfo:
         raise InfoError(f"no scale with resolution {list(res)}; resolutions are "
                         f"{[list(s.resolution) for s in self.scales]}")
 
-    def with_scale(self, scale: ScaleInfo) -> "VolumeInfo":
+    def with_scale(self, scale: ScaleInfo) -> VolumeInfo:
         """A copy with ``scale`` added (or replacing the scale of the same key), ordered by resolution."""
         others = [s for s in self.scales if s.key != scale.key]
         scales = sorted([*others, scale], key=lambda s: (math.prod(s.resolution), s.resolution))

@@ -221,7 +221,7 @@ class Volume:
         self._array.store.delete_chunks(self._coords(region))
 
     # -------------------------------------------------------------- scales
-    def mip(self, mip: int | str | Sequence[float]) -> "Volume":
+    def mip(self, mip: int | str | Sequence[float]) -> Volume:
         """The same volume at another scale (by index, key or resolution)."""
         other = object.__new__(Volume)
         other._kv, other._options, other._meta = self._kv, dict(self._options), self._meta
@@ -246,7 +246,7 @@ class Volume:
         jpeg_quality: int | None = None,
         png_level: int | None = None,
         overwrite: bool = False,
-    ) -> "Volume":
+    ) -> Volume:
         """Add a scale to the info file (atomically) and return a Volume on it.
 
         Defaults (chunk size, encoding, block size, jpeg quality, png level) come
@@ -302,7 +302,7 @@ class Volume:
         sharding: None | str | dict[str, Any] = None,
         overwrite: bool = False,
         **options: Any,
-    ) -> "Volume":
+    ) -> Volume:
         """Write a new info file with one scale and open it.
 
         ``sharding``: None (unsharded), ``"auto"`` (see :func:`shardvol.sharding.auto_sharding`)

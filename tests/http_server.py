@@ -63,7 +63,7 @@ class StaticServer:
     """Serve ``directory`` on 127.0.0.1 on a free port until ``close()``."""
 
     def __init__(self, directory: str) -> None:
-        handler = lambda *a, **k: RangeHandler(*a, directory=directory, **k)  # noqa: E731
+        handler = lambda *a, **k: RangeHandler(*a, directory=directory, **k)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

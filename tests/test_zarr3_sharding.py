@@ -336,7 +336,12 @@ def test_forged_index_entries_never_crash(memstore, location, entries):
 
 
 def test_open_create_and_grid(memstore):
-    from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError, OutOfBoundsError
+    from shardvol.errors import (
+        AlreadyExistsError,
+        InfoError,
+        InvalidArgumentError,
+        OutOfBoundsError,
+    )
 
     with pytest.raises(InfoError, match="no zarr.json"):
         ZarrChunkStore.open(memstore)

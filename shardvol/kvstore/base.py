@@ -16,12 +16,12 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional, Tuple, Union
+from typing import Union
 
 from shardvol.errors import ByteRangeError, InvalidKeyError, ReadOnlyStoreError
 
-ByteRange = Tuple[int, Optional[int]]
-Request = Union[str, Tuple[str, Optional[ByteRange]]]
+ByteRange = tuple[int, int | None]
+Request = Union[str, tuple[str, ByteRange | None]]
 
 _io_pool: ThreadPoolExecutor | None = None
 _io_pool_lock = threading.Lock()

@@ -19,7 +19,7 @@ class MemoryStore(KVStore):
     local = True
 
     def __init__(self, url: str = "memory://") -> None:
-        name = url[len("memory://") :] if url.startswith("memory://") else url
+        name = url.removeprefix("memory://")
         name = name.strip("/")
         self.url = "memory://" + name
         with _SPACES_LOCK:

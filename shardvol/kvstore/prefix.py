@@ -5,7 +5,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Hashable, Iterable, Iterator
 
-from shardvol.kvstore.base import ByteRange, KVStore, Request, check_key, join_key, normalize_request
+from shardvol.kvstore.base import (
+    ByteRange,
+    KVStore,
+    Request,
+    check_key,
+    join_key,
+    normalize_request,
+)
 
 
 class PrefixStore(KVStore):

@@ -10,6 +10,7 @@ Example::
     reader.get_data_many([1, 2, 3])                     # {2: b"b", 3: b"c"}
 """
 
+from shardvol.sharding.auto import auto_sharding, shard_shape
 from shardvol.sharding.index import (
     decode_minishard_index,
     decode_shard_index,
@@ -25,7 +26,6 @@ from shardvol.sharding.writer import (
     update_shard,
     write_shards,
 )
-from shardvol.sharding.auto import auto_sharding, shard_shape
 
 __all__ = [
     "SHARDING_TYPE",

@@ -10,18 +10,16 @@ only part of a shard reads, merges and rewrites that shard under its lock.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from shardvol._parallel import default_parallel, run_parallel
 from shardvol.chunked import ChunkedArray
 from shardvol.errors import InvalidArgumentError, ReadOnlyStoreError, ShardvolError
 from shardvol.grid import ChunkGrid
-from shardvol.indexing import AxisSelection, axis_runs, drop_axes, normalize_selection
+from shardvol.indexing import AxisSelection, normalize_selection
 from shardvol.kvstore import KVStore, open_store
 from shardvol.zarr3.chunkstore import ZarrChunkStore
 from shardvol.zarr3.codecs import JSON, Codec
@@ -150,38 +148,7 @@ class ZarrArray:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._writable(repr(key))
-        sel = self._selection(key)
-        pieces = self._shard_pieces(sel)
-        if len(pieces) <= 1:
-            self._array.write(sel, value)
-            return
-        # One engine write per shard, several at once, so that encoding overlaps the
-        # file writes (the engine alone encodes every chunk first, then writes); by
-        # default twice the threads, as some of them wait on the storage.
-        arr = self._array.prepare_value(sel, value)
-        threads = self._array.parallel or 2 * default_parallel()
-        drop = drop_axes(sel)
-        run_parallel(
-            lambda piece: self._array.write(piece[0], arr[piece[1]][drop]), pieces, threads
-        )
-
-    def _shard_pieces(
-        self, sel: tuple[AxisSelection, ...]
-    ) -> list[tuple[tuple[AxisSelection, ...], tuple[slice, ...]]]:
-        """The selection cut along shard boundaries: (sub-selection, where its values are)."""
-        if not self._store.sharded:
-            return [(sel, ())]
-        per_axis = []
-        for a, n, shard in zip(sel, self.shape, self.metadata.chunk_shape):
-            per_axis.append([
-                (AxisSelection(r.chunk * shard + r.chunk_slice.start, a.step,
-                               r.out_slice.stop - r.out_slice.start, a.drop), r.out_slice)
-                for r in axis_runs(a, 0, n, shard)
-            ])  # fmt: skip
-        return [
-            (tuple(p[0] for p in combo), tuple(p[1] for p in combo))
-            for combo in itertools.product(*per_axis)
-        ]
+        self._array.write(self._selection(key), value)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         data = self[...]

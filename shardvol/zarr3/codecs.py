@@ -27,6 +27,7 @@ import crc32c as _crc32c
 import imagecodecs
 import numpy as np
 
+from shardvol.chunked import is_fill
 from shardvol.compression import gzip_compress, gzip_decompress, is_gzip
 from shardvol.errors import (
     ChecksumError,
@@ -658,13 +659,4 @@ class CodecChain:
         """Whether every element equals the fill value (such chunks need not be stored)."""
         return is_fill(array, self.spec.fill_value)
 
-
-def is_fill(array: np.ndarray, fill_value: Any) -> bool:
-    """Whether every element of ``array`` equals ``fill_value`` (NaN equals NaN)."""
-    fill = np.asarray(fill_value, dtype=array.dtype)
-    if array.dtype.kind in "fc" and np.isnan(fill).any():
-        return bool(np.all((array == fill) | (np.isnan(array) & np.isnan(fill))))
-    if array.size and array.flat[0] != fill:  # most stored chunks fail at once
-        return False
-    return bool(np.all(array == fill))
 
