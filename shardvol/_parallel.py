@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -20,6 +20,11 @@ def _work_pool() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="shardvol-work")
         return _pool
+
+
+def submit(fn: Callable[..., T], *args: object) -> Future:
+    """Run ``fn(*args)`` in the background on the shared pool (it must not wait on the pool)."""
+    return _work_pool().submit(fn, *args)
 
 
 def default_parallel() -> int:

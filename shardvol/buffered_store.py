@@ -1,18 +1,21 @@
-"""A chunk store that collects writes in memory and stores each unit once, on flush.
+"""A chunk store that collects writes in memory and stores each unit once.
 
 Writers that produce one storage unit (a shard) piece by piece — the
 downsampling tasks — write through it, so the shard file is written once,
 whole, instead of being read and rewritten after every piece.  Reads see the
-buffered chunks first.
+buffered chunks first.  A unit whose every chunk has been written is stored
+at once in the background (its compression overlaps the writer's next
+piece); :meth:`flush` stores the rest and waits.
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
-from shardvol._parallel import default_parallel, run_parallel
+from shardvol._parallel import default_parallel, run_parallel, submit
 from shardvol.chunkstore import ChunkCoord, ChunkStore, Unit
 
 
@@ -22,6 +25,8 @@ class BufferedChunkStore(ChunkStore):
     def __init__(self, inner: ChunkStore) -> None:
         self.inner = inner
         self._units: dict[Unit, dict[ChunkCoord, bytes | None]] = {}
+        self._members: dict[Unit, frozenset[ChunkCoord] | None] = {}
+        self._storing: list[Future] = []
         self._guard = threading.Lock()
 
     @property
@@ -61,29 +66,40 @@ class BufferedChunkStore(ChunkStore):
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
     ) -> None:
+        if unit not in self._members:
+            members = self.inner.unit_chunks(unit)
+            self._members[unit] = None if members is None else frozenset(members)
         with self._guard:
             buf = self._units.setdefault(unit, {})
             for c in delete:
                 buf[c] = None
             buf.update(put)
+            members = self._members[unit]
+            complete = members is not None and members <= buf.keys()
+            if complete:
+                del self._units[unit]
+                self._storing.append(submit(self._store, (unit, buf)))
 
     def lock(self, unit: Unit) -> AbstractContextManager[None]:
         return nullcontext()  # nothing reaches storage before flush()
 
+    def _store(self, item: tuple[Unit, dict[ChunkCoord, bytes | None]]) -> None:
+        """Whole units are replaced; others are merged under their lock."""
+        unit, buf = item
+        put = {c: b for c, b in buf.items() if b is not None}
+        delete = [c for c, b in buf.items() if b is None]
+        members = self._members.get(unit)
+        if members is not None and members <= buf.keys():
+            self.inner.update_unit(unit, put, (), replace=True)
+        else:
+            with self.inner.lock(unit):
+                self.inner.update_unit(unit, put, delete)
+
     def flush(self, parallel: int | None = None) -> None:
-        """Store every buffered unit: whole units are replaced, others merged under their lock."""
+        """Store every buffered unit and wait until all are stored."""
         with self._guard:
             units, self._units = list(self._units.items()), {}
-
-        def store(item: tuple[Unit, dict[ChunkCoord, bytes | None]]) -> None:
-            unit, buf = item
-            put = {c: b for c, b in buf.items() if b is not None}
-            delete = [c for c, b in buf.items() if b is None]
-            members = self.inner.unit_chunks(unit)
-            if members is not None and set(members) <= set(buf):
-                self.inner.update_unit(unit, put, (), replace=True)
-            else:
-                with self.inner.lock(unit):
-                    self.inner.update_unit(unit, put, delete)
-
-        run_parallel(store, units, parallel or default_parallel())
+            storing, self._storing = self._storing, []
+        run_parallel(self._store, units, parallel or default_parallel())
+        for future in storing:
+            future.result()

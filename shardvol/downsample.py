@@ -202,6 +202,13 @@ def run_task(task: Task) -> int:
     return written
 
 
+def _unit_layers(task: Task, finest: Scale) -> int:
+    """Slabs that let the finest target's units complete (and be stored) one layer at a time,
+    while the next layer is read: its unit layers along z in the task, at most 4."""
+    (_, _, z0), (_, _, z1) = task.regions[0]
+    return max(1, min(4, -(-(z1 - z0) // finest.unit[2])))
+
+
 def _slices(box: Box) -> tuple[slice, slice, slice]:
     return tuple(slice(a, b) for a, b in zip(*box))  # type: ignore[return-value]
 
@@ -271,7 +278,8 @@ def plan(vol: Volume, targets: list[Volume], factor: Sequence[int], method: str,
         need = max(_nbytes(_source_box(t.regions, factor, (src.lo, src.hi)) or ((0,) * 3,) * 2,
                            itemsize) for t in tasks)
         slabs = max(1, math.ceil(need * _SOURCE_OVERHEAD / (budget / 2)))
-        stages.append([replace(t, slabs=slabs) for t in tasks])
+        stages.append([replace(t, slabs=max(slabs, _unit_layers(t, scales[0])))
+                       for t in tasks])
         source, remaining = remaining[m - 1], remaining[m:]
     return stages
 
