@@ -25,8 +25,12 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
-bench: $(VENV)/.installed-test
-	$(BIN)/python benchmarks/bench_kernels.py
+$(VENV)/.installed-bench: $(VENV)/.installed-test
+	$(BIN)/pip install --quiet -e ".[test,dask,demo,bench]"
+	touch $@
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/python -m shardvol bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info shardvol/_ext/*.so shardvol/_ext/*.c
