@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import compressed_segmentation as cseg_pkg
 import numpy as np
+from _timing import best_of  # benchmarks/ is on sys.path when a script runs
 
 from shardvol.codecs import get_codec
 
@@ -29,15 +29,6 @@ FIB25 = (Path(__file__).resolve().parents[1] / "tests" / "data" / "testdata"
          / "google__neuroglancer__cseg_raw_input" / "64x64x64-raw-uint64-segmentation.dat")
 CHUNK = 64
 BLOCK = (8, 8, 8)
-
-
-def best_of(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def blocky_segmentation(shape=(512, 512, 128), seed=0) -> np.ndarray:

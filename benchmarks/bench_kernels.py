@@ -8,20 +8,10 @@ Single-threaded; prints M keys/s and ratios.  Run: python benchmarks/bench_kerne
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+from _timing import best_of  # benchmarks/ is on sys.path when a script runs
 
 from shardvol.kernels import compressed_morton_code, murmurhash3_x86_128_u64
-
-
-def best_of(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def report(name: str, n: int, ours: float, peers: dict[str, float]) -> None:

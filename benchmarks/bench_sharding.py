@@ -27,15 +27,18 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import sys
 import tempfile
 import time
-import types
 
 import numpy as np
 import tensorstore as ts
 
 from shardvol.kvstore import FileStore
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from shardvol.sharding import ShardingSpec, ShardReader, synthesize_shards, write_shards
+from tests.oracles import cv_shard_reader
 
 N_KEYS = 20_000
 N_READ = 5_000
@@ -103,32 +106,7 @@ def ts_read(kv: ts.KvStore, keys: list[int]) -> dict[int, bytes]:
 
 
 def cv_reader(path: str, minishard_cache: int = 128):
-    from cloudvolume.cacheservice import CacheService
-    from cloudvolume.cloudvolume import SharedConfiguration
-    from cloudvolume.datasource.precomputed.sharding import ShardingSpecification, ShardReader
-
-    config = SharedConfiguration(
-        cdn_cache=False,
-        compress=None,
-        compress_level=None,
-        green=False,
-        mip=0,
-        parallel=1,
-        progress=False,
-        secrets=None,
-        spatial_index_db=None,
-        cache_locking=False,
-        codec_threads=1,
-    )
-    url = "file://" + path
-    cache = CacheService(
-        cloudpath=os.path.join(path, "unused-cache"),
-        enabled=False,
-        config=config,
-        meta=types.SimpleNamespace(cloudpath=url),
-    )
-    spec = ShardingSpecification.from_dict(SPEC.to_dict())
-    return ShardReader(url, cache, spec, minishard_index_cache_size=minishard_cache)
+    return cv_shard_reader(path, SPEC.to_dict(), minishard_cache)
 
 
 def cv_spec():

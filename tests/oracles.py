@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import types
 import warnings
 
 import numpy as np
@@ -54,3 +55,21 @@ def cv_read(path: str, mip: int = 0) -> np.ndarray:
         bbox = vol.meta.bounds(mip)
         return np.asarray(vol[bbox.minpt.x:bbox.maxpt.x, bbox.minpt.y:bbox.maxpt.y,
                               bbox.minpt.z:bbox.maxpt.z])
+
+
+def cv_shard_reader(path: str, spec: dict, minishard_index_cache_size: int = 128):
+    """CloudVolume's sharded ShardReader on a local directory, its disk cache disabled."""
+    from cloudvolume.cacheservice import CacheService
+    from cloudvolume.cloudvolume import SharedConfiguration
+    from cloudvolume.datasource.precomputed.sharding import ShardingSpecification, ShardReader
+
+    config = SharedConfiguration(
+        cdn_cache=False, compress=None, compress_level=None, green=False, mip=0, parallel=1,
+        progress=False, secrets=None, spatial_index_db=None, cache_locking=False,
+        codec_threads=1,
+    )
+    url = "file://" + path
+    cache = CacheService(cloudpath=os.path.join(path, "unused-cache"), enabled=False,
+                         config=config, meta=types.SimpleNamespace(cloudpath=url))
+    return ShardReader(url, cache, ShardingSpecification.from_dict(spec),
+                       minishard_index_cache_size=minishard_index_cache_size)

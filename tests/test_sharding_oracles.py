@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import struct
-import types
 
 import numpy as np
 import pytest
@@ -27,6 +26,8 @@ from shardvol.sharding import (
     update_shard,
     write_shards,
 )
+
+from .oracles import cv_shard_reader
 
 ts = pytest.importorskip("tensorstore")
 cv_sharding = pytest.importorskip("cloudvolume.datasource.precomputed.sharding")
@@ -151,30 +152,7 @@ def cv_spec(spec: ShardingSpec):
 
 def cv_reader(path: str, spec: ShardingSpec):
     """CloudVolume's ShardReader on a local directory, its disk cache disabled."""
-    from cloudvolume.cacheservice import CacheService
-    from cloudvolume.cloudvolume import SharedConfiguration
-
-    config = SharedConfiguration(
-        cdn_cache=False,
-        compress=None,
-        compress_level=None,
-        green=False,
-        mip=0,
-        parallel=1,
-        progress=False,
-        secrets=None,
-        spatial_index_db=None,
-        cache_locking=False,
-        codec_threads=1,
-    )
-    url = "file://" + path
-    cache = CacheService(
-        cloudpath=os.path.join(path, "unused-cache"),
-        enabled=False,
-        config=config,
-        meta=types.SimpleNamespace(cloudpath=url),
-    )
-    return cv_sharding.ShardReader(url, cache, cv_spec(spec))
+    return cv_shard_reader(path, spec.to_dict())
 
 
 @pytest.mark.parametrize("seed", SEEDS)
