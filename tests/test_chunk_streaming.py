@@ -14,37 +14,16 @@ from shardvol import Volume
 from shardvol._parallel import MIN_PARALLEL_SECONDS, WorkEstimate
 from shardvol.errors import ChunkDecodeError, MissingChunkError, ShardFormatError
 from shardvol.grid import ChunkGrid
-from shardvol.kvstore import KVStore, MemoryStore
+from shardvol.kvstore import MemoryStore
 from shardvol.kvstore.memory import clear_memory
 from shardvol.precomputed_store import UnshardedChunkStore, chunk_key
 from shardvol.sharded_store import ShardedChunkStore
 from shardvol.sharding import ShardingSpec, ShardReader, write_shards
 
+from .stores import Recording
+
 GRID = ChunkGrid(origin=(0, 0, 0, 0), shape=(10, 8, 6, 1), chunk_shape=(4, 4, 4, 1))
 COORDS = [(x, y, z, 0) for z in range(2) for y in range(2) for x in range(3)]
-
-
-class Counting(KVStore):
-    """A memory store that counts reads and may claim not to be ``local`` (like http)."""
-
-    def __init__(self, base: KVStore, local: bool) -> None:
-        self.base, self.url, self.local, self.gets = base, "counting://" + base.url, local, []
-
-    def get(self, key, byte_range=None):
-        self.gets.append(key)
-        return self.base.get(key, byte_range)
-
-    def set(self, key, value):
-        self.base.set(key, value)
-
-    def delete(self, key):
-        self.base.delete(key)
-
-    def list(self, prefix=""):
-        return self.base.list(prefix)
-
-    def size(self, key):
-        return self.base.size(key)
 
 
 @pytest.fixture
@@ -70,7 +49,7 @@ def check_stream(store, coords, present):
 
 @pytest.mark.parametrize("local", [True, False])
 def test_unsharded_stream_matches_read_chunks(memory, local):
-    kv = Counting(memory, local)
+    kv = Recording(memory, local)
     store = UnshardedChunkStore(kv, GRID)
     present = COORDS[::2]
     for c in present[:-1]:
@@ -78,7 +57,7 @@ def test_unsharded_stream_matches_read_chunks(memory, local):
     gz = present[-1]  # CloudVolume's gzipped chunk file
     memory.set(chunk_key(GRID, gz) + ".gz", gzip.compress(blob_of(gz)))
     check_stream(store, COORDS, present)
-    kv.gets.clear()
+    kv.calls.clear()
     next(store.iter_chunks(COORDS))
     # local: one file read per chunk taken; remote: every request sent at once first
     assert len(kv.gets) == 1 if local else len(kv.gets) >= len(COORDS)
@@ -111,15 +90,9 @@ def test_sharded_stream_reads_about_max_read_bytes_at_a_time(memory):
                         minishard_index_encoding="raw", data_encoding="raw")
     data = {k: bytes([k]) * 1000 for k in range(40)}
     write_shards(memory, spec, data)
-    batches = []
-
-    class Recording(Counting):
-        def get_many(self, requests):
-            requests = list(requests)
-            batches.append(requests)
-            return super().get_many(requests)
-
-    reader = ShardReader(Recording(memory, True), spec, coalesce_gap=0, max_read=2500)
+    store = Recording(memory, True)
+    batches = store.calls
+    reader = ShardReader(store, spec, coalesce_gap=0, max_read=2500)
     keys = list(range(0, 40, 2))  # 1000-byte values 1000 bytes apart: 20 requests
     assert dict(reader.iter_data_many(keys)) == {k: data[k] for k in keys}
     data_batches = batches[-10:]  # after the index reads: two 1000-byte requests per batch

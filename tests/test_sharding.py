@@ -37,6 +37,8 @@ from shardvol.sharding import (
     write_shards,
 )
 
+from .stores import Recording
+
 # a copy of TensorStore's golden shard; see its SOURCE.txt
 GOLDEN = (
     Path(__file__).parent / "data" / "testdata" / "google__tensorstore__golden_uint64_sharded_raw"
@@ -225,37 +227,6 @@ class TestGolden:
 # -- writing and reading ---------------------------------------------------------------------
 
 
-class CountingStore(KVStore):
-    """Records every request passed to get / get_many."""
-
-    def __init__(self, base: KVStore) -> None:
-        self.base, self.url, self.calls = base, base.url, []
-
-    def get(self, key, byte_range=None):
-        self.calls.append([(key, byte_range)])
-        return self.base.get(key, byte_range)
-
-    def get_many(self, requests):
-        reqs = [r if isinstance(r, tuple) else (r, None) for r in requests]
-        self.calls.append(reqs)
-        return [self.base.get(k, r) for k, r in reqs]
-
-    def set(self, key, value):
-        self.base.set(key, value)
-
-    def delete(self, key):
-        self.base.delete(key)
-
-    def list(self, prefix=""):
-        return self.base.list(prefix)
-
-    def size(self, key):
-        return self.base.size(key)
-
-    def requests(self):
-        return [r for call in self.calls for r in call]
-
-
 @pytest.mark.parametrize("encoding", ["raw", "gzip"])
 @pytest.mark.parametrize("bits", [(0, 0, 0), (0, 3, 2), (2, 1, 4), (0, 6, 0)])
 def test_write_then_read(encoding, bits):
@@ -365,7 +336,7 @@ def test_batching_one_index_read_per_shard_and_coalesced_data():
     base = memory_store()
     data = random_data(random.Random(4), 2000, 100)
     write_shards(base, spec, data)
-    store = CountingStore(base)
+    store = Recording(base)
     reader = ShardReader(store, spec)
     keys = list(data)[::2]
     assert reader.get_data_many(keys) == {k: data[k] for k in keys}
@@ -389,7 +360,7 @@ def test_coalescing_respects_gap_and_max_read():
     base = memory_store()
     data = {k: bytes([k]) * 1000 for k in range(100)}
     write_shards(base, spec, data)
-    store = CountingStore(base)
+    store = Recording(base)
     keys = list(range(0, 100, 10))
     reader = ShardReader(store, spec, coalesce_gap=0)
     assert reader.get_data_many(keys) == {k: data[k] for k in keys}
@@ -449,7 +420,7 @@ def test_caches_are_lru_resizable_and_invalidated():
 def test_absent_shards_are_cached_until_invalidated():
     spec = spec_of(shard_bits=3)
     base = memory_store()
-    store = CountingStore(base)
+    store = Recording(base)
     reader = ShardReader(store, spec)
     assert reader.get_data_many([1, 2, 3]) == {}
     n = len(store.requests())

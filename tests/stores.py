@@ -1,0 +1,46 @@
+"""Store wrappers for tests: delegate to a real store and record what was asked of it."""
+
+from __future__ import annotations
+
+from shardvol.kvstore import KVStore
+
+
+class Recording(KVStore):
+    """Every request passed to get / get_many, one list per call; may claim not to be local
+    (as a remote store is) so readers take their remote-store paths."""
+
+    def __init__(self, base: KVStore, local: bool | None = None) -> None:
+        self.base, self.url, self.calls = base, base.url, []
+        self.local = base.local if local is None else local
+
+    @property
+    def gets(self) -> list[str]:
+        """Keys requested, in order."""
+        return [key for call in self.calls for key, _ in call]
+
+    def requests(self) -> list[tuple]:
+        return [r for call in self.calls for r in call]
+
+    def get(self, key, byte_range=None):
+        self.calls.append([(key, byte_range)])
+        return self.base.get(key, byte_range)
+
+    def get_many(self, requests):
+        reqs = [r if isinstance(r, tuple) else (r, None) for r in requests]
+        self.calls.append(reqs)
+        return [self.base.get(k, r) for k, r in reqs]
+
+    def set(self, key, value):
+        self.base.set(key, value)
+
+    def delete(self, key):
+        self.base.delete(key)
+
+    def list(self, prefix=""):
+        return self.base.list(prefix)
+
+    def size(self, key):
+        return self.base.size(key)
+
+    def version(self, key):
+        return self.base.version(key)
