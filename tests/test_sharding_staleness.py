@@ -82,3 +82,39 @@ def test_two_volume_handles_see_each_others_writes(tmp_path):
     data = rng.integers(0, 60000, (64, 64, 16, 1)).astype(np.uint16)  # other chunk sizes
     a[...] = data
     np.testing.assert_array_equal(b[...], data)
+
+
+class RefreshDuringMinishardRead(FileStore):
+    """While a reader fetches minishard indexes, another writer replaces the shard and another
+    thread (played here by a nested call) reads the new file with the same reader."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.reader = None
+
+    def get_many(self, requests):
+        reqs = list(requests)
+        minishard_read = any(not isinstance(r, str) and r[1] and r[1][0] > 0 for r in reqs)
+        if self.reader is not None and minishard_read:
+            reader, self.reader = self.reader, None
+            write_shards(FileStore(self.root), SPEC, contents(2))
+            assert reader.get_data_many(range(40)) == contents(2)
+        return super().get_many(reqs)
+
+
+@pytest.mark.parametrize("call", ["get", "stream", "exists", "labels"])
+def test_minishard_index_of_a_replaced_shard_is_not_cached_for_the_new_one(tmp_path, call):
+    write_shards(FileStore(str(tmp_path)), SPEC, contents(1))
+    store = RefreshDuringMinishardRead(str(tmp_path))
+    reader = ShardReader(store, SPEC)
+    store.reader = reader
+    if call == "get":
+        assert reader.get_data_many(range(40)) == contents(2)
+    elif call == "stream":
+        assert {k: bytes(v) for k, v in reader.iter_data_many(range(40))} == contents(2)
+    elif call == "exists":
+        assert reader.exists(range(40)) == dict.fromkeys(range(40), "0.shard")
+    else:
+        assert reader.list_labels("0.shard").tolist() == list(range(40))
+    assert store.reader is None  # the race happened
+    assert reader.get_data_many(range(40)) == contents(2)

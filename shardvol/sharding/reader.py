@@ -50,6 +50,7 @@ class _Shard(NamedTuple):
     data_key: str  # the file holding minishard indexes and data (.shard, or obsolete .data)
     origin: int  # position in data_key of the end of the shard index
     index: np.ndarray  # (num_minishards, 2) minishard index ranges relative to origin
+    version: Hashable | None = None  # data_key's version token when the index was read
 
 
 class _Cached(NamedTuple):
@@ -206,6 +207,15 @@ class ShardReader:
                 pending = np.setdiff1d(pending, np.array(done, dtype=np.uint64))
         raise self._conflict(pending)
 
+    def _locate_retrying(self, keys: np.ndarray) -> _Located:
+        """:meth:`_locate`, read again while shard files change under it."""
+        for _ in range(_ATTEMPTS):
+            try:
+                return self._locate(keys)
+            except (_Stale, ShardFormatError) as e:
+                self._retry_or_raise(keys, e)
+        raise self._conflict(keys)
+
     def _retry_or_raise(self, keys: np.ndarray, error: Exception) -> None:
         """After a failed read: drop the indexes of shard files that changed meanwhile
         (the caller retries), or re-raise a ShardFormatError if none did (real damage)."""
@@ -237,7 +247,7 @@ class ShardReader:
         """
         one = isinstance(keys, numbers.Integral)
         arr = as_keys(keys)
-        loc = self._locate(arr)
+        loc = self._locate_retrying(arr)
         out: dict[int, Any] = dict.fromkeys(arr.tolist())
         for k, f, start, size in zip(
             loc.keys.tolist(), loc.file.tolist(), loc.starts.tolist(), loc.sizes.tolist()
@@ -247,13 +257,21 @@ class ShardReader:
 
     def list_labels(self, filename: str) -> np.ndarray:
         """Every key stored in shard file ``filename``, ascending (uint64)."""
-        shard = self._shard_infos([filename])[0].shard
-        if shard is None:
-            return np.zeros(0, dtype=np.uint64)
-        used = np.flatnonzero(shard.index[:, 1] != shard.index[:, 0])
-        msis = self._minishard_indexes([(shard, m) for m in used.tolist()])
-        ids = [msi.ids for msi in msis]
-        return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.uint64)
+        for _ in range(_ATTEMPTS):
+            shard = self._shard_infos([filename])[0].shard  # a changed file is read again
+            if shard is None:
+                return np.zeros(0, dtype=np.uint64)
+            used = np.flatnonzero(shard.index[:, 1] != shard.index[:, 0])
+            try:
+                msis = self._minishard_indexes([(shard, m) for m in used.tolist()])
+            except _Stale:
+                continue
+            ids = [msi.ids for msi in msis]
+            return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.uint64)
+        raise WriteConflictError(
+            f"{self.store.url}: shard file {filename} kept changing while being read "
+            f"({_ATTEMPTS} attempts)"
+        )
 
     def disassemble_shard(self, blob: bytes, filename: str = "<shard>") -> dict[int, bytes]:
         """``{key: value}`` of a whole shard file already in memory."""
@@ -285,8 +303,10 @@ class ShardReader:
             versions = [self.store.version(fn) for fn in names]  # before reading: errs stale
             for i, fn, version, shard in zip(missing, names, versions,
                                              self._fetch_shard_indexes(names)):
-                if shard is not None and shard.data_key != fn:
-                    version = self.store.version(shard.data_key)
+                if shard is not None:
+                    if shard.data_key != fn:
+                        version = self.store.version(shard.data_key)
+                    shard = shard._replace(version=version)
                 out[i] = self.shard_index_cache[fn] = _Cached(shard, version)
         return out
 
@@ -332,7 +352,7 @@ class ShardReader:
                 if start == end:
                     out[i] = EMPTY_MINISHARD
                     continue
-                msi = self.minishard_index_cache.get((shard.filename, m))
+                msi = self.minishard_index_cache.get((shard.filename, shard.version, m))
                 if msi is not None:
                     out[i] = msi
                 else:
@@ -358,6 +378,8 @@ class ShardReader:
         )
         decoded: dict[str, tuple[list, list]] = {}
         for (key, run, items), blob in zip(groups, blobs):
+            if self.store.version(key) != items[0][3].version:
+                raise _Stale(key)  # replaced since its shard index was read: offsets may lie
             if blob is None:
                 raise ShardFormatError(
                     f"{key}: file disappeared while reading its minishard indexes"
@@ -373,7 +395,8 @@ class ShardReader:
                 bufs, self.spec, shard.origin, key, [m for _, _, m in metas]
             )
             for (i, shard, m), msi in zip(metas, msis):
-                self.minishard_index_cache[(shard.filename, m)] = msi
+                # keyed by version: an index read from an older file never serves a newer one
+                self.minishard_index_cache[(shard.filename, shard.version, m)] = msi
                 out[i] = msi
 
     # -- lookup --------------------------------------------------------------------------
