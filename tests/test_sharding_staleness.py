@@ -118,3 +118,30 @@ def test_minishard_index_of_a_replaced_shard_is_not_cached_for_the_new_one(tmp_p
         assert reader.list_labels("0.shard").tolist() == list(range(40))
     assert store.reader is None  # the race happened
     assert reader.get_data_many(range(40)) == contents(2)
+
+
+class ReadWhileMemoryWriteLands(MemoryStore):
+    """Runs ``hook`` (another thread's read) inside a write, at the first version update
+    made once the new value is in place."""
+
+    hook = None
+    old = None
+
+    def _bump(self, key):
+        if self.hook is not None and self._data.get(key) != self.old:
+            hook, self.hook = self.hook, None
+            hook()
+        super()._bump(key)
+
+
+def test_memory_store_readers_never_see_new_bytes_under_the_old_version():
+    store = ReadWhileMemoryWriteLands("memory://stale-bump")
+    write_shards(store, SPEC, contents(1))
+    reader = ShardReader(store, SPEC)
+    assert reader.get_data_many(range(40)) == contents(1)  # index of version 1 cached
+    seen = []
+    store.old = store.get("0.shard")
+    store.hook = lambda: seen.append(reader.get_data_many(range(40)))
+    write_shards(store, SPEC, contents(2))
+    assert len(seen) == 1 and seen[0] in (contents(1), contents(2))
+    assert reader.get_data_many(range(40)) == contents(2)

@@ -36,11 +36,15 @@ class MemoryStore(KVStore):
 
     def set(self, key: str, value: bytes) -> None:
         check_key(key)
-        self._data[key] = bytes(value)
+        value = bytes(value)
+        self._bump(key)  # before and after: a reader that saw either value under one
+        self._data[key] = value  # version token sees that token change
         self._bump(key)
 
     def delete(self, key: str) -> None:
-        self._data.pop(check_key(key), None)
+        check_key(key)
+        self._bump(key)
+        self._data.pop(key, None)
         self._bump(key)
 
     def _bump(self, key: str) -> None:
