@@ -7,8 +7,8 @@ partially selected chunk, when the codec can).
 
 Writes: storage units (chunk files or shards) are written concurrently, each
 once: its fully covered chunks are encoded without reading, then it is updated
-holding its lock whenever existing content must be merged (partially covered
-chunks, or other chunks of a shard that must be kept).  Each unit is replaced
+holding its lock (existing content is read and merged only when it must be kept:
+partially covered chunks, or other chunks of a shard).  Each unit is replaced
 atomically; if one fails (say a chunk its encoding cannot store), units already
 written stay written.
 """
@@ -234,11 +234,10 @@ class ChunkedArray:
             delete = [c for c, b in blobs.items() if b is None]
             self.store.update_unit(unit, put, delete, replace=replace)
 
-        if replace:
+        # Replacing a unit takes its lock too: a read-modify-write of the unit running
+        # meanwhile would otherwise store its merge over the replacement, losing it.
+        with self.store.lock(unit):
             apply()
-        else:
-            with self.store.lock(unit):
-                apply()
 
     def _chunk_from_value(self, p: ChunkPart, arr: np.ndarray) -> np.ndarray:
         """A fully covered chunk's array, padded with the fill value when chunks are padded."""

@@ -134,7 +134,7 @@ def test_random_writes_and_reads_match_numpy(data):
     assert got.flags["F_CONTIGUOUS" if order == "F" else "C_CONTIGUOUS"]
 
 
-def test_whole_units_are_replaced_without_lock_and_partial_ones_merged():
+def test_whole_units_are_replaced_and_partial_ones_merged():
     arr = make((8, 8, 3), (2, 2, 3), (0, 0, 0), "uint8", "F")
     arr.write(sel(arr, (...,)), 1)
     assert all(replace for _, replace in arr.store.writes)
@@ -143,6 +143,38 @@ def test_whole_units_are_replaced_without_lock_and_partial_ones_merged():
     assert arr.store.writes == [((0, 0), False)]
     out = arr.read(sel(arr, (...,)))
     assert (out[0, 0, :] == 9).all() and out.sum() == 8 * 8 * 3 + 3 * 8
+
+
+def test_whole_unit_write_waits_for_a_read_modify_write_of_that_unit():
+    """A writer replacing a unit while another merges into it: one of them goes first."""
+    arr = make((4, 4), (2, 2), (0, 0), "uint8", "F")
+    merging, replaced = threading.Event(), threading.Event()
+    read_chunks = arr.store.read_chunks
+
+    def slow_read(coords):  # the merging writer, between reading the unit and storing it
+        found = read_chunks(coords)
+        merging.set()
+        replaced.wait(0.3)
+        return found
+
+    arr.store.read_chunks = slow_read
+    partial = threading.Thread(target=arr.write, args=(sel(arr, (0, 0)), 5))
+    partial.start()
+    merging.wait()
+
+    def replace_unit():
+        arr.write(sel(arr, (...,)), np.full((4, 4), 9, np.uint8))  # the whole unit (0, 0)
+        replaced.set()
+
+    whole = threading.Thread(target=replace_unit)
+    whole.start()
+    partial.join()
+    whole.join()
+    got = arr.read(sel(arr, (...,)))
+    replaced_last = np.full((4, 4), 9)
+    merged_last = replaced_last.copy()
+    merged_last[0, 0] = 5
+    assert np.array_equal(got, replaced_last) or np.array_equal(got, merged_last), got
 
 
 @pytest.mark.parametrize("nan", [float("nan"), np.float32("nan")])
