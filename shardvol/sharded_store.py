@@ -18,6 +18,7 @@ from shardvol.grid import ChunkGrid
 from shardvol.kernels import compressed_morton_code, decode_morton_code
 from shardvol.kvstore import KVStore
 from shardvol.sharding import ShardingSpec, ShardReader, encode_shard, rewrite_shard
+from shardvol.sharding.reader import obsolete_names
 from shardvol.sharding.auto import shard_shape_in_chunks
 
 _ENUMERATE_LIMIT = 1 << 22  # grids up to this many chunks are enumerated to map shard -> chunks
@@ -116,8 +117,9 @@ class ShardedChunkStore(ChunkStore):
         if replace:
             if entries:
                 self.kv.set(filename, encode_shard(self.spec, entries))
-            else:
-                self.kv.delete(filename)
+            else:  # with any obsolete pair, which would be read again
+                for name in (filename, *obsolete_names(filename)):
+                    self.kv.delete(name)
         else:
             delete = list(delete)
             gone = self.codes(delete).tolist() if delete else []

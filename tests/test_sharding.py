@@ -465,6 +465,21 @@ def test_obsolete_index_and_data_files(encoding):
     assert reader.get_data_many(list(data)) == {**data, k: b"changed"}
 
 
+def test_emptied_shard_does_not_bring_back_its_obsolete_files():
+    """A shard rewritten whole leaves the obsolete pair behind (ignored while the .shard
+    exists); deleting every entry afterwards must not make the old entries readable again."""
+    spec = spec_of(shard_bits=0)
+    store = memory_store()
+    write_shards(store, spec, {1: b"old", 2: b"old"})
+    split_obsolete(store, spec)
+    write_shards(store, spec, {1: b"new"})
+    reader = ShardReader(store, spec)
+    assert reader.get_data_many([1, 2]) == {1: b"new"}
+    update_shard(store, spec, {}, delete=[1], reader=reader)
+    assert reader.get_data_many([1, 2]) == {}
+    assert read_shard(store, spec, 0) == {}
+
+
 def test_truncated_obsolete_index_is_an_error():
     spec = spec_of(shard_bits=0)
     store = memory_store()

@@ -136,7 +136,7 @@ def _rewrite(
         )
     else:
         store.delete(fn)
-    if obsolete:
+    if obsolete or not entries:  # an obsolete pair left behind would be read again
         for name in obsolete_names(fn):
             store.delete(name)
 
