@@ -18,10 +18,11 @@ from shardvol.grid import ChunkGrid
 from shardvol.kernels import compressed_morton_code, decode_morton_code
 from shardvol.kvstore import KVStore
 from shardvol.sharding import ShardingSpec, ShardReader, encode_shard, rewrite_shard
-from shardvol.sharding.reader import obsolete_names
 from shardvol.sharding.auto import shard_shape_in_chunks
+from shardvol.sharding.reader import obsolete_names
 
 _ENUMERATE_LIMIT = 1 << 22  # grids up to this many chunks are enumerated to map shard -> chunks
+_ENUMERATE_BLOCK = 1 << 18
 
 
 class ShardedChunkStore(ChunkStore):
@@ -74,17 +75,20 @@ class ShardedChunkStore(ChunkStore):
         return out
 
     @cached_property
-    def _shard_members(self) -> dict[int, list[ChunkCoord]] | None:
-        """shard number -> chunk coordinates, for grids small enough to enumerate."""
+    def _shard_members(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """For grids small enough to enumerate: the shard number of every chunk, sorted,
+        and the chunks' linear indices (x fastest) in that order (16 bytes per chunk)."""
         n = int(np.prod(self.grid_size))
         if n > _ENUMERATE_LIMIT:
             return None
-        xyz = np.stack(np.unravel_index(np.arange(n), self.grid_size, order="F"), axis=1)
-        shards, _ = self.spec.shard_and_minishard(compressed_morton_code(xyz, self.grid_size))
-        members: dict[int, list[ChunkCoord]] = {}
-        for (x, y, z), s in zip(xyz.tolist(), shards.tolist()):
-            members.setdefault(s, []).append((x, y, z, 0))
-        return members
+        shards = np.empty(n, dtype=np.uint64)
+        for a in range(0, n, _ENUMERATE_BLOCK):  # blocks bound the temporaries
+            linear = np.arange(a, min(n, a + _ENUMERATE_BLOCK))
+            xyz = np.stack(np.unravel_index(linear, self.grid_size, order="F"), axis=1)
+            codes = compressed_morton_code(xyz, self.grid_size)
+            shards[a : a + len(linear)] = self.spec.shard_and_minishard(codes)[0]
+        order = np.argsort(shards, kind="stable")
+        return shards[order], order
 
     def unit_chunks(self, unit: int) -> list[ChunkCoord] | None:
         block = shard_shape_in_chunks(self.spec, self.grid_size)
@@ -97,7 +101,13 @@ class ShardedChunkStore(ChunkStore):
             ranges = [range(f, min(f + b, g)) for f, b, g in zip(first, block, self.grid_size)]
             return [(x, y, z, 0) for z in ranges[2] for y in ranges[1] for x in ranges[0]]
         members = self._shard_members
-        return None if members is None else members.get(unit, [])
+        if members is None:
+            return None
+        shards, order = members
+        key = np.uint64(unit)
+        a, b = np.searchsorted(shards, key, "left"), np.searchsorted(shards, key, "right")
+        xyz = np.unravel_index(order[a:b], self.grid_size, order="F")
+        return [(x, y, z, 0) for x, y, z in zip(*(v.tolist() for v in xyz))]
 
     def _decode_block_origin(self, code: int) -> tuple[int, int, int] | None:
         try:

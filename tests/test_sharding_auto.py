@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import tracemalloc
+import uuid
+
+import mmh3
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardvol import Volume
+from shardvol import _reference as reference
+from shardvol.grid import ChunkGrid
 from shardvol.kernels import compressed_morton_code
+from shardvol.kvstore import MemoryStore
+from shardvol.sharded_store import ShardedChunkStore
 from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
 from shardvol.sharding.auto import shard_shape_in_chunks
 
@@ -68,3 +76,35 @@ def test_volume_auto_sharding_and_shard_aligned_writes(tmp_path):
                                             ("compressed_segmentation", "gzip")])
 def test_auto_data_encoding(encoding, data):
     assert auto_sharding((4, 4, 4), 1000, encoding).data_encoding == data
+
+
+def _store(grid_size, spec):
+    grid = ChunkGrid((0, 0, 0, 0), (*grid_size, 1), (1, 1, 1, 1))
+    return ShardedChunkStore(MemoryStore(f"memory://units-{uuid.uuid4().hex}"), grid, spec)
+
+
+def test_unit_chunks_of_hashed_shards_match_the_reference():
+    spec = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=1, minishard_bits=1,
+                        shard_bits=3)
+    grid = (5, 7, 3)
+    expected: dict[int, set] = {s: set() for s in range(8)}
+    for x, y, z in np.ndindex(*grid):
+        code = int(reference.compressed_morton_code(np.array([[x, y, z]]), grid)[0])
+        h = mmh3.hash64((code >> 1).to_bytes(8, "little"), 0, False)[0] % 2**64
+        expected[(h >> 1) & 7].add((x, y, z, 0))
+    store = _store(grid, spec)
+    assert {s: set(store.unit_chunks(s)) for s in range(8)} == expected
+    assert all(len(store.unit_chunks(s)) == len(expected[s]) for s in range(8))
+
+
+def test_unit_chunks_of_a_large_hashed_grid_take_little_memory():
+    spec = ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=6, shard_bits=10)
+    store = _store((100, 100, 100), spec)  # a million chunks
+    tracemalloc.start()
+    try:
+        members = store.unit_chunks(5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0 < len(members) < 2000
+    assert peak < 64e6  # chunk lists of every shard as Python tuples took 240 MB
