@@ -362,6 +362,7 @@ def make_scale(
 
     ``jpeg_quality`` / ``png_level`` are stored in the scale as TensorStore does.
     """
+    encoding = encoding.lower()
     res = [float(r) if not float(r).is_integer() else int(r) for r in resolution]
     d: dict[str, Any] = {
         "key": key or resolution_key(tuple(res)),  # type: ignore[arg-type]

@@ -165,6 +165,15 @@ def test_jpeg_both_ways_within_tolerance(tmp_path, channels, sharded):
     assert np.abs(Volume(str(tmp_path / "b"))[...].astype(int) - smooth).mean() < 3
 
 
+@pytest.mark.parametrize("encoding, option, value", [("JPEG", "jpeg_quality", 30),
+                                                     ("PNG", "png_level", 1)])
+def test_encoding_options_kept_whatever_the_encoding_case(tmp_path, encoding, option, value):
+    vol = Volume.create(str(tmp_path), size=(8, 8, 8), encoding=encoding, **{option: value})
+    assert vol.encoding == encoding.lower()
+    assert vol.info["scales"][0][option] == value
+    assert getattr(vol.chunked_array.codec, option) == value
+
+
 def test_golden_raw_uint16_4ch():
     vol = Volume(data_path("google__tensorstore__golden_raw_uint16_4ch"))
     expected = np.load(data_path("google__tensorstore__golden_raw_uint16_4ch",
