@@ -156,7 +156,7 @@ class ChunkedArray:
     def _decode_part(
         self, p: ChunkPart, blob: bytes | memoryview | None, context: str, out: np.ndarray
     ) -> None:
-        view = out[p.out_sel]
+        view = out[(*p.out_sel, ...)]  # a view also of a 0-d array (out[()] is a copy)
         if blob is None:
             if not self.fill_missing:
                 raise MissingChunkError(f"{context} is missing")

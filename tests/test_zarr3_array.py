@@ -277,3 +277,16 @@ def test_corrupt_shard_names_it(tmp_path):
     store.set("c/0", bytes(shard[-10:]))  # shorter than its index
     with pytest.raises(ShardFormatError, match="'c/0'.* only 10 bytes"):
         arr[2:4]
+
+
+def test_zero_dimensional_arrays_both_ways(tmp_path):
+    import zarr
+
+    path = str(tmp_path / "a")
+    theirs = zarr.create_array(path, shape=(), dtype="int32", fill_value=4)
+    ours = z.open(path)
+    assert ours[()] == 4  # no chunk stored: the fill value
+    theirs[()] = 9
+    assert ours[()] == 9 and ours[...] == 9
+    ours[()] = -3
+    assert zarr.open_array(path)[()] == -3
