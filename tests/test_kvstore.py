@@ -215,6 +215,30 @@ class TestHttpStore(StoreContract):
             server.close()
 
 
+def test_http_server_that_ignores_range_requests(tmp_path):
+    """Servers without Range support (python -m http.server) send whole files (200)."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    FileStore(str(tmp_path)).set("v", VALUE)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0),
+                                functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        store = open_store(f"http://127.0.0.1:{httpd.server_address[1]}")
+        assert store.get("v", (10, 20)) == VALUE[10:20]
+        assert store.get("v", (-7, None)) == VALUE[-7:]
+        with pytest.raises(ByteRangeError):
+            store.get("v", (-(len(VALUE) + 1), None))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def test_unknown_scheme():
     with pytest.raises(ShardvolError, match="nosuch"):
         open_store("nosuch://x/y")
