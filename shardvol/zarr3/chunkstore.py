@@ -23,6 +23,7 @@ from shardvol.errors import (
     InvalidArgumentError,
     OutOfBoundsError,
     ShardFormatError,
+    WriteConflictError,
 )
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import Request
@@ -32,6 +33,8 @@ from shardvol.zarr3.sharding import ShardIndex
 
 #: byte ranges of one shard closer than this are fetched as one request
 DEFAULT_COALESCE_GAP = 1 << 16
+#: reads restart when a shard is replaced between its index and chunk reads; this many times
+_ATTEMPTS = 8
 
 
 class ZarrChunkStore(ChunkStore):
@@ -139,7 +142,7 @@ class ZarrChunkStore(ChunkStore):
             keys = list(groups)
             values = self._get_many(keys)
             return {groups[k][0]: v for k, v in zip(keys, values) if v is not None}
-        return dict(self._read_sharded(groups, want_data=True))
+        return self._read_sharded_stable(groups)
 
     def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
         """Whether each chunk is stored; sharded arrays read only the shard indexes."""
@@ -149,6 +152,28 @@ class ZarrChunkStore(ChunkStore):
             return {c: present[k] for k, members in groups.items() for c in members}
         stored = {c for c, _ in self._read_sharded(groups, want_data=False)}
         return {tuple(int(x) for x in c): tuple(int(x) for x in c) in stored for c in coords}
+
+    def _read_sharded_stable(self, groups: dict[str, list[ChunkCoord]]) -> dict[ChunkCoord, bytes]:
+        """:meth:`_read_sharded` of the data, read again while a shard is replaced between
+        the reads of its index and of its chunks (which would pair an index with another
+        file's bytes).  Stores without version tokens are read once."""
+        for _ in range(_ATTEMPTS):
+            versions = {key: self.store.version(key) for key in groups}
+            try:
+                found = dict(self._read_sharded(groups, want_data=True))
+            except ShardFormatError:
+                if self._unchanged(versions):
+                    raise
+                continue
+            if self._unchanged(versions):
+                return found
+        raise WriteConflictError(
+            f"{self.store.url}: shards {', '.join(sorted(groups)[:4])} kept changing while "
+            f"being read ({_ATTEMPTS} attempts)"
+        )
+
+    def _unchanged(self, versions: dict[str, object]) -> bool:
+        return all(self.store.version(key) == v for key, v in versions.items())
 
     def _read_sharded(
         self, groups: dict[str, list[ChunkCoord]], want_data: bool
