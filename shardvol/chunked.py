@@ -299,8 +299,8 @@ def _cast_value(value: Any, dtype: np.dtype) -> np.ndarray:
         return arr
     if arr.ndim == 0 and arr.dtype.kind in "biuf":
         try:
-            converted = np.array(value).astype(dtype, casting="unsafe")
             with np.errstate(invalid="ignore", over="ignore"):
+                converted = np.array(value).astype(dtype, casting="unsafe")
                 same = bool(converted == arr) or (arr.dtype.kind == "f" and np.isnan(arr)
                                                   and dtype.kind == "f")
         except (OverflowError, ValueError, TypeError):

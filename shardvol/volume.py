@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.chunked import ChunkedArray
+from shardvol.chunked import ChunkedArray, _cast_value
 from shardvol.chunkstore import ChunkStore
 from shardvol.codecs import get_codec
-from shardvol.errors import AlreadyExistsError, InfoError
+from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.grid import ChunkGrid
 from shardvol.indexing import AxisSelection, chunk_parts, normalize_selection
 from shardvol.info import ScaleInfo, VolumeInfo, resolution_key
@@ -95,7 +95,7 @@ class Volume:
             dtype=meta.dtype,
             store=store,
             codec=codec,
-            fill_value=self._options["fill_value"],
+            fill_value=_fill_value(self._options["fill_value"], meta.dtype, self.url),
             fill_missing=self._options["fill_missing"],
             parallel=self._options["parallel"] or 0,
         )
@@ -391,6 +391,18 @@ def make_scale(
     elif sharding is not None:
         raise InfoError(f"sharding must be None, 'auto' or a spec dict, got {sharding!r}")
     return ScaleInfo.from_dict(d, f"scale {d['key']}")
+
+
+def _fill_value(value: Any, dtype: np.dtype, url: str) -> Any:
+    """``value`` as a scalar of ``dtype``, if it is one exactly (else InvalidArgumentError)."""
+    try:
+        if np.ndim(value) != 0:
+            raise InvalidArgumentError("not a scalar")
+        return _cast_value(value, dtype)[()]
+    except (InvalidArgumentError, TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"{url}: fill_value {value!r} is not a {dtype} value"
+        ) from None
 
 
 def _delete_prefix(kv: KVStore, key: str) -> None:

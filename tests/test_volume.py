@@ -247,6 +247,15 @@ def test_fill_missing_and_scalar_broadcast(tmp_path):
     assert not vol.exists(np.s_[0:4, 0:4, 4:8])["0-4_0-4_4-8"]
 
 
+def test_fill_value_must_fit_the_data_type(tmp_path):
+    Volume.create(str(tmp_path), size=(8, 8, 8), chunk_size=(4, 4, 4), data_type="uint8")
+    for bad in (-1, 300, 1.5, float("nan"), None, "a", [1, 2]):
+        with pytest.raises(InvalidArgumentError, match="fill_value"):
+            Volume(str(tmp_path), fill_value=bad)
+    assert (Volume(str(tmp_path), fill_value=255.0)[...] == 255).all()
+    assert (Volume(str(tmp_path), fill_value=np.int64(7))[0, 0, 0] == 7).all()
+
+
 def test_write_errors_write_nothing(tmp_path):
     vol = Volume.create(str(tmp_path), size=(10, 10, 10), chunk_size=(4, 4, 4), data_type="uint8")
     with pytest.raises(InvalidArgumentError, match="float64"):
