@@ -7,6 +7,7 @@ order, indexed in the volume's global voxel coordinates (the domain starts at
 
 from __future__ import annotations
 
+import numbers
 import posixpath
 from collections.abc import Sequence
 from typing import Any
@@ -67,6 +68,8 @@ class Volume:
 
     def _select(self, mip: int | str | Sequence[float]) -> None:
         meta = self._meta
+        if isinstance(mip, numbers.Integral) and not isinstance(mip, bool):
+            mip = int(mip)  # numpy integers too
         self._mip = meta.scale_index(mip if isinstance(mip, (int, str)) else tuple(mip))
         scale = meta.scales[self._mip]
         c = meta.num_channels

@@ -256,6 +256,13 @@ def test_fill_value_must_fit_the_data_type(tmp_path):
     assert (Volume(str(tmp_path), fill_value=np.int64(7))[0, 0, 0] == 7).all()
 
 
+def test_numpy_integer_mips(tmp_path):
+    vol = Volume.create(str(tmp_path), size=(8, 8, 8), chunk_size=(4, 4, 4))
+    vol.add_scale((2, 2, 2), (4, 4, 4))
+    assert Volume(str(tmp_path), mip=np.int64(1)).resolution == (2, 2, 2)
+    assert vol.mip(np.uint8(1)).mip_level == 1
+
+
 def test_write_errors_write_nothing(tmp_path):
     vol = Volume.create(str(tmp_path), size=(10, 10, 10), chunk_size=(4, 4, 4), data_type="uint8")
     with pytest.raises(InvalidArgumentError, match="float64"):
