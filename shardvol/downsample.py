@@ -41,7 +41,7 @@ from shardvol.downsample_kernels import METHODS, downsample_pyramid
 from shardvol.errors import InvalidArgumentError
 from shardvol.executor import run_tasks
 from shardvol.indexing import normalize_selection
-from shardvol.sharding import shard_shape
+from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.volume import Volume
 
 Box = tuple[tuple[int, int, int], tuple[int, int, int]]  # (lo, hi), hi exclusive
@@ -239,21 +239,49 @@ def _validate(vol: Volume, factor: Sequence[int], num_mips: int, method: str) ->
     return f, method  # type: ignore[return-value]
 
 
+def mip_geometry(vol: Volume, factor: Sequence[int], k: int) -> tuple[list[int], list[int]]:
+    """Voxel offset and size of mip ``k`` of ``vol`` (blocks aligned to multiples of f**k)."""
+    lo, hi = vol.bounds
+    f = [factor[d] ** k for d in range(3)]
+    offset = [lo[d] // f[d] for d in range(3)]
+    return offset, [-(-hi[d] // f[d]) - offset[d] for d in range(3)]
+
+
 def add_scales(vol: Volume, factor: Sequence[int], num_mips: int, *, encoding: str | None,
                chunk_size: Sequence[int] | None, sharding: None | str | dict,
                overwrite: bool) -> list[Volume]:
     """Add mips 1..num_mips of ``vol`` to its info file (idempotent for equal parameters)."""
-    lo, hi = vol.bounds
     out = []
     for k in range(1, num_mips + 1):
-        f = [factor[d] ** k for d in range(3)]
-        offset = [lo[d] // f[d] for d in range(3)]
-        size = [-(-hi[d] // f[d]) - offset[d] for d in range(3)]
+        offset, size = mip_geometry(vol, factor, k)
         out.append(vol.add_scale(
-            resolution=[r * fd for r, fd in zip(vol.resolution, f)], size=size,
+            resolution=[r * factor[d] ** k for d, r in enumerate(vol.resolution)], size=size,
             voxel_offset=offset, chunk_size=chunk_size, encoding=encoding, sharding=sharding,
             overwrite=overwrite))
     return out
+
+
+def _check_shared_shards(vol: Volume, factor: Sequence[int], num_mips: int,
+                         chunk_size: Sequence[int] | None, sharding: None | str | dict,
+                         executor: Executor | None) -> None:
+    """Refuse output sharding whose shards are not spatial blocks where writers could race.
+
+    Tasks then share shards and merge into them under the shards' locks, which hold for
+    threads of one process and, on local files, across processes; an executor of other
+    processes or machines writing to a remote store could lose chunks.
+    """
+    if not isinstance(sharding, dict) or executor is None or vol.store.local:
+        return
+    spec = ShardingSpec.from_dict(sharding)
+    chunk = list(chunk_size or vol.chunk_size)
+    for k in range(1, num_mips + 1):
+        _, size = mip_geometry(vol, factor, k)
+        grid = [-(-n // c) for n, c in zip(size, chunk)]
+        if shard_shape(spec, grid, chunk) is None:
+            raise InvalidArgumentError(
+                f"mip {k}: with this sharding spec shards are not spatial blocks, so tasks "
+                f"would share shard files, which {vol.url} cannot lock across processes; use "
+                "sharding='auto', or executor=None (threads of this process)")
 
 
 def plan(vol: Volume, targets: list[Volume], factor: Sequence[int], method: str,
@@ -313,6 +341,7 @@ def downsample(
         vol = Volume(vol)
     f, method = _validate(vol, factor, num_mips, method)
     limit = parse_bytes(memory_limit)
+    _check_shared_shards(vol, f, num_mips, chunk_size, sharding, executor)
     targets = add_scales(vol, f, num_mips, encoding=encoding, chunk_size=chunk_size,
                          sharding=sharding, overwrite=overwrite)
     workers = default_parallel() if executor is None else 1

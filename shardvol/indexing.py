@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
+import numpy as np
+
 from shardvol.chunkstore import ChunkCoord
 from shardvol.errors import InvalidArgumentError, OutOfBoundsError
 from shardvol.grid import ChunkGrid
@@ -43,6 +45,10 @@ class AxisSelection:
 
 
 def _as_index(value: Any, axis: int) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(
+            f"axis {axis}: boolean index {value!r} is not supported (numpy would treat it as a "
+            "mask); use an integer coordinate")
     try:
         return operator.index(value)
     except TypeError:

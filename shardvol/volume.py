@@ -109,6 +109,11 @@ class Volume:
         return self._kv.url
 
     @property
+    def store(self) -> KVStore:
+        """The key-value store holding the volume (its info file and every scale)."""
+        return self._kv
+
+    @property
     def info(self) -> dict[str, Any]:
         """The info file as a dict (a copy)."""
         return self._meta.to_dict()

@@ -241,3 +241,18 @@ def test_plan_owns_whole_units_and_respects_memory(tmp_path):
 def test_parse_bytes():
     assert parse_bytes("2GB") == 2 * 10**9 and parse_bytes("512 MiB") == 512 * 2**20
     assert parse_bytes(1234) == 1234 and parse_bytes("10kb") == 10_000
+
+
+def test_hashed_outputs_on_unlockable_stores_need_this_process(tmp_path):
+    """Hashed output shards are shared between tasks: refused where other processes could race."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardvol.kvstore.fsspec_store import FsspecStore
+
+    store = FsspecStore(f"memory://ds-{tmp_path.name}")  # fsspec's store: no cross-process lock
+    assert not store.local
+    vol = Volume.create(store, size=(40, 40, 8), chunk_size=(8, 8, 8), data_type="uint8")
+    vol[...] = 5
+    with ThreadPoolExecutor(2) as ex, pytest.raises(InvalidArgumentError, match="spatial blocks"):
+        shardvol.downsample(vol, (2, 2, 1), 1, sharding=HASHED, executor=ex, progress=False)
+    assert len(Volume(store).mips) == 1  # refused before any scale was added

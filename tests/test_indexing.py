@@ -127,3 +127,10 @@ def test_out_of_bounds_and_bad_indices():
     # unbounded selections are allowed and report their full extent
     sel = normalize_selection((slice(0, 40),), o, n, bounded=False)
     assert (sel[0].start, sel[0].count) == (0, 40)
+
+
+def test_boolean_indices_are_refused():
+    with pytest.raises(InvalidArgumentError, match="boolean"):
+        normalize_selection((True,), (0, 0), (4, 4))
+    with pytest.raises(InvalidArgumentError, match="boolean"):
+        normalize_selection((slice(None), np.bool_(False)), (0, 0), (4, 4))
