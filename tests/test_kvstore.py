@@ -173,7 +173,7 @@ class TestFileStore(StoreContract):
             assert p.exitcode == 0
         assert s.get("counter") == b"100"
         assert s.list() == ["counter"]
-        assert os.listdir(tmp_path) == ["counter"]  # lock files are removed
+        assert sorted(os.listdir(tmp_path)) == [".shardvol-locks", "counter"]  # one lock file
 
 
 def _increment(root: str, n: int) -> None:
@@ -260,3 +260,27 @@ class TestPrefixStore(StoreContract):
         assert view.get("other") is None
         with view.lock("a/b"):
             pass
+
+
+def test_locks_of_different_keys_do_not_block_each_other(tmp_path):
+    """Byte-range locks: holding one key's lock leaves another key of the directory free,
+    also for another process."""
+    s = FileStore(str(tmp_path))
+    ctx = multiprocessing.get_context("spawn")
+    with s.lock("d/a"):
+        p = ctx.Process(target=_lock_and_write, args=(str(tmp_path), "d/b"))
+        p.start()
+        p.join(30)
+        assert p.exitcode == 0 and s.get("d/b") == b"done"
+        blocked = ctx.Process(target=_lock_and_write, args=(str(tmp_path), "d/a"))
+        blocked.start()
+        blocked.join(1.0)
+        assert blocked.is_alive()  # waits for our lock on d/a
+    blocked.join(30)
+    assert blocked.exitcode == 0 and s.get("d/a") == b"done"
+
+
+def _lock_and_write(root: str, key: str) -> None:
+    s = FileStore(root, fsync=False)
+    with s.lock(key):
+        s.set(key, b"done")

@@ -344,7 +344,8 @@ def test_concurrent_processes_on_one_unit_lose_nothing(tmp_path, sharded):
     out = vol[...]
     for x in range(4):
         assert (out[x] == x + 1).all()
-    assert not any(f.startswith(".shardvol") for f in os.listdir(tmp_path / "1_1_1"))
+    hidden = [f for f in os.listdir(tmp_path / "1_1_1") if f.startswith(".shardvol")]
+    assert hidden == [".shardvol-locks"]  # no temp files left, one lock file per directory
 
 
 def test_public_api():
