@@ -43,7 +43,6 @@ from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.executor import run_tasks
 from shardvol.kvstore import KVStore, open_store
 from shardvol.opener import FORMATS, check_format, detect_format, split_format
-from shardvol.sharding.auto import shard_shape
 from shardvol.volume import Volume
 from shardvol.zarr3 import ZarrArray
 from shardvol.zarr3 import create as create_zarr
@@ -324,13 +323,12 @@ def plan(
         unit = tuple(dst.arr.metadata.chunk_shape[a] for a in dst.axes[:3])  # shard or chunk
     else:
         vol = dst.vol
-        spec = vol.sharding
-        if spec is None:
+        if vol.sharding is None:
             unit = vol.chunk_size
+        elif vol.shard_shape is not None:
+            unit = vol.shard_shape
         else:
-            unit = shard_shape(spec, vol.scale.grid_size, vol.chunk_size)  # type: ignore[assignment]
-            if unit is None:
-                return _hashed_shard_tasks(vol, run, src_ep, dst_ep)
+            return _hashed_shard_tasks(vol, run, src_ep, dst_ep)
     block = _blocks(unit, g.size, g.voxel_bytes, TASK_BYTES)
     return [CopyTask(run, src_ep, dst_ep, box) for box in _boxes(g.voxel_offset, g.size, block)]
 

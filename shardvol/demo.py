@@ -74,7 +74,7 @@ def image_demo(workdir: str) -> None:
     vol = shardvol.Volume.create(path, size=size, voxel_offset=(100, 0, -20), resolution=(8, 8, 40),
                                  chunk_size=(64, 64, 64), data_type="uint8", sharding="auto",
                                  overwrite=True)
-    shape = shardvol.sharding.shard_shape(vol.sharding, vol.scale.grid_size, vol.chunk_size)
+    shape = vol.shard_shape
     print(f"  auto sharding: {vol.sharding.to_dict()} -> shards of {shape} voxels")
     x, y, z = np.meshgrid(*(np.arange(n) for n in size), indexing="ij")
     rng = np.random.default_rng(0)

@@ -73,10 +73,7 @@ class Scale:
     @classmethod
     def of(cls, vol: Volume) -> Scale:
         lo, hi = vol.bounds
-        unit = vol.chunk_size
-        if vol.sharding is not None:
-            unit = shard_shape(vol.sharding, vol.scale.grid_size, vol.chunk_size) or unit
-        return cls(vol.scale.key, lo, hi, unit, vol.chunk_size)
+        return cls(vol.scale.key, lo, hi, vol.shard_shape or vol.chunk_size, vol.chunk_size)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from shardvol.info import ScaleInfo, VolumeInfo, resolution_key
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.precomputed_store import UnshardedChunkStore, chunk_key
 from shardvol.sharded_store import ShardedChunkStore
-from shardvol.sharding import ShardingSpec, auto_sharding
+from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
 
 INFO_KEY = "info"
 
@@ -178,6 +178,14 @@ class Volume:
     @property
     def sharding(self) -> ShardingSpec | None:
         return self._spec
+
+    @property
+    def shard_shape(self) -> tuple[int, int, int] | None:
+        """Voxel shape of one shard when shards are aligned blocks (else None, also unsharded):
+        regions starting at ``voxel_offset + k * shard_shape`` are whole shard files."""
+        if self._spec is None:
+            return None
+        return shard_shape(self._spec, self.scale.grid_size, self.chunk_size)
 
     @property
     def fill_value(self) -> Any:

@@ -62,7 +62,7 @@ def test_volume_auto_sharding_and_shard_aligned_writes(tmp_path):
     spec = vol.sharding
     grid = vol.scale.grid_size
     shape = shard_shape(spec, grid, vol.chunk_size)
-    assert shape is not None
+    assert shape is not None and vol.shard_shape == shape
     rng = np.random.default_rng(0)
     data = rng.integers(0, 1000, (256, 256, 64, 1)).astype(np.uint16)
     vol[...] = data
