@@ -210,12 +210,8 @@ class ChunkedArray:
         """Encode and store one unit's chunks (fully covered ones before taking its lock)."""
         full = [p for p in members if p.full]
         partial = [p for p in members if not p.full]
-        all_chunks = self.store.unit_chunks(unit)
-        replace = (
-            not partial
-            and all_chunks is not None
-            and set(all_chunks) == {p.coord for p in members}
-        )
+        all_chunks = None if partial else self.store.unit_chunks(unit)
+        replace = all_chunks is not None and set(all_chunks) == {p.coord for p in members}
         blobs: dict[ChunkCoord, bytes | None] = {}
 
         def encode_full(p: ChunkPart) -> None:
