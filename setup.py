@@ -24,6 +24,7 @@ EXTENSIONS = [
     ext("hashing", "murmurhash3.c"),
     ext("cseg", "cseg.c"),
     ext("downsample", "downsample.c"),
+    ext("rawfile", "rawfile.c"),
 ]
 
 setup(

@@ -18,5 +18,6 @@
 #define SV_ERR_CORRUPT -5      /* encoded input is internally inconsistent */
 #define SV_ERR_NOMEM -6        /* allocation failed */
 #define SV_ERR_OUTPUT_SIZE -7  /* caller's output buffer is too small */
+#define SV_ERR_IO -8           /* a system call failed (errno reported separately) */
 
 #endif

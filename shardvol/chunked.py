@@ -62,6 +62,15 @@ class RegionCodec(ChunkCodec, Protocol):
     ) -> np.ndarray: ...
 
 
+class DirectReader(Protocol):
+    """Reads some chunks' selected boxes straight into the output, faster than
+    fetching and decoding them one by one (raw chunk files, say)."""
+
+    def read_into(self, parts: list[ChunkPart], out: np.ndarray) -> list[ChunkPart]:
+        """Read what it can of ``parts`` into ``out``; returns the parts left to read."""
+        ...
+
+
 @dataclass
 class ChunkedArray:
     """A chunked n-D array: ``grid`` geometry, ``store`` of encoded chunks, ``codec``.
@@ -69,6 +78,7 @@ class ChunkedArray:
     ``padded_chunks``: encoded chunks always have the full chunk shape (Zarr)
     rather than being clipped at the domain's end (precomputed).
     ``skip_fill_chunks``: chunks equal to the fill value are deleted, not stored.
+    ``direct``: reads what it can of each batch before the generic fetch and decode.
     """
 
     grid: ChunkGrid
@@ -81,6 +91,7 @@ class ChunkedArray:
     skip_fill_chunks: bool = False
     fill_missing: bool = True
     parallel: int = 0
+    direct: DirectReader | None = None
     _read_work: WorkEstimate = field(
         default_factory=WorkEstimate, init=False, repr=False, compare=False
     )
@@ -122,7 +133,10 @@ class ChunkedArray:
 
         def fetch_and_decode(batch: list[ChunkCoord]) -> None:
             start = time.perf_counter()
-            for coord, blob, name in self.store.iter_chunks(batch):
+            rest = batch
+            if self.direct is not None:
+                rest = [p.coord for p in self.direct.read_into([by_coord[c] for c in batch], out)]
+            for coord, blob, name in self.store.iter_chunks(rest):
                 self._decode_part(by_coord[coord], blob, name, out)
             self._read_work.record(time.perf_counter() - start, len(batch))
 

@@ -23,6 +23,7 @@ from shardvol.indexing import AxisSelection, chunk_parts, normalize_selection
 from shardvol.info import ScaleInfo, VolumeInfo, resolution_key
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.precomputed_store import UnshardedChunkStore, chunk_key
+from shardvol.raw_files import RawFileReader
 from shardvol.sharded_store import ShardedChunkStore
 from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
 
@@ -101,6 +102,7 @@ class Volume:
             fill_value=_fill_value(self._options["fill_value"], meta.dtype, self.url),
             fill_missing=self._options["fill_missing"],
             parallel=self._options["parallel"] or 0,
+            direct=RawFileReader.for_scale(kv, grid, codec) if self._spec is None else None,
         )
 
     # ---------------------------------------------------------------- metadata

@@ -10,6 +10,7 @@ cdef extern from "sv_common.h":
     int SV_ERR_CORRUPT
     int SV_ERR_NOMEM
     int SV_ERR_OUTPUT_SIZE
+    int SV_ERR_IO
 
 cdef extern from "morton.h" nogil:
     int sv_morton_bits(const uint64_t grid_size[3], int bits[3], int *total_bits)

@@ -144,6 +144,11 @@ class KVStore(ABC):
         """
         return None
 
+    def file_path(self, key: str) -> str | None:
+        """The local file holding ``key``'s value, for readers that open it themselves;
+        None unless the value is a plain file."""
+        return None
+
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         """Exclusive lock on ``key`` for read-modify-write cycles.

@@ -68,6 +68,9 @@ class FileStore(KVStore):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 
+    def file_path(self, key: str) -> str:
+        return self._path(key)
+
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         return self._get_ranges(key, [byte_range])[0]
 

@@ -50,6 +50,9 @@ class PrefixStore(KVStore):
     def version(self, key: str) -> Hashable | None:
         return self.base.version(self._k(key))
 
+    def file_path(self, key: str) -> str | None:
+        return self.base.file_path(self._k(key))
+
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         with self.base.lock(self._k(key)):

@@ -1,0 +1,117 @@
+/* See rawfile.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "rawfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int64_t sv_raw_span(int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
+                    const int64_t count[4]) {
+    int64_t stride = itemsize, first = 0, last = 0;
+    for (int d = 0; d < 4; d++) {
+        if (count[d] <= 0) return 0;
+        first += origin[d] * stride;
+        last += (origin[d] + count[d] - 1) * stride;
+        stride *= shape[d];
+    }
+    return last - first + itemsize;
+}
+
+/* Read exactly len bytes at offset; 1 if the file ends first, -1 on error. */
+static int pread_exact(int fd, uint8_t *buf, int64_t len, int64_t offset) {
+    while (len > 0) {
+        ssize_t n = pread(fd, buf, (size_t)len, (off_t)offset);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (n == 0) return 1;
+        buf += n;
+        len -= n;
+        offset += n;
+    }
+    return 0;
+}
+
+static int box_in_chunk(int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
+                        const int64_t count[4], const int64_t out_strides[4]) {
+    if (itemsize <= 0 || itemsize > 16) return 0;
+    int64_t voxels = 1;
+    for (int d = 0; d < 4; d++) {
+        if (shape[d] < 0 || origin[d] < 0 || count[d] < 0 || out_strides[d] < 0) return 0;
+        if (origin[d] > shape[d] || count[d] > shape[d] - origin[d]) return 0;
+        if (shape[d] > 0 && voxels > INT64_MAX / itemsize / shape[d]) return 0;
+        voxels *= shape[d];
+    }
+    return 1;
+}
+
+/* Copy the box from `src` (its first voxel; voxel (0, y, z, c) at y*s1 + z*s2 + c*s3). */
+static void copy_box(const uint8_t *src, int64_t itemsize, int64_t s1, int64_t s2, int64_t s3,
+                     const int64_t count[4], uint8_t *out, const int64_t os[4]) {
+    const int64_t row = count[0] * itemsize;
+    for (int64_t c = 0; c < count[3]; c++)
+        for (int64_t z = 0; z < count[2]; z++)
+            for (int64_t y = 0; y < count[1]; y++) {
+                const uint8_t *s = src + c * s3 + z * s2 + y * s1;
+                uint8_t *o = out + c * os[3] + z * os[2] + y * os[1];
+                if (os[0] == itemsize) {
+                    memcpy(o, s, (size_t)row);
+                } else {
+                    for (int64_t x = 0; x < count[0]; x++)
+                        memcpy(o + x * os[0], s + x * itemsize, (size_t)itemsize);
+                }
+            }
+}
+
+int sv_raw_read_box(const char *path, int64_t itemsize, const int64_t shape[4],
+                    const int64_t origin[4], const int64_t count[4], uint8_t *out,
+                    const int64_t out_strides[4], uint8_t *scratch, int64_t scratch_len,
+                    int *err_no) {
+    *err_no = 0;
+    if (!box_in_chunk(itemsize, shape, origin, count, out_strides)) return SV_ERR_ARGUMENT;
+    const int64_t span = sv_raw_span(itemsize, shape, origin, count);
+    if (span > scratch_len) return SV_ERR_ARGUMENT;
+    int64_t expected = itemsize, start = 0, stride = itemsize;
+    for (int d = 0; d < 4; d++) {
+        expected *= shape[d];
+        start += origin[d] * stride;
+        stride *= shape[d];
+    }
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR) return SV_RAW_MISSING;
+        *err_no = errno;
+        return SV_ERR_IO;
+    }
+    int status = SV_OK;
+    struct stat st;
+    uint8_t magic[2] = {0, 0};
+    int r;
+    if (fstat(fd, &st) != 0) {
+        *err_no = errno;
+        status = SV_ERR_IO;
+    } else if (S_ISDIR(st.st_mode)) {
+        status = SV_RAW_MISSING;
+    } else if ((int64_t)st.st_size != expected) {
+        status = SV_RAW_OTHER;
+    } else if (expected >= 2 && (r = pread_exact(fd, magic, 2, 0)) != 0) {
+        status = r > 0 ? SV_RAW_OTHER : SV_ERR_IO;  /* shrank meanwhile: read it another way */
+        if (r < 0) *err_no = errno;
+    } else if (magic[0] == 0x1f && magic[1] == 0x8b) {
+        status = SV_RAW_OTHER;  /* gzip magic: gzipped voxels, or raw ones that look so */
+    } else if (span > 0 && (r = pread_exact(fd, scratch, span, start)) != 0) {
+        status = r > 0 ? SV_RAW_OTHER : SV_ERR_IO;
+        if (r < 0) *err_no = errno;
+    }
+    close(fd);
+    if (status == SV_OK && span > 0) {
+        const int64_t s1 = itemsize * shape[0], s2 = s1 * shape[1], s3 = s2 * shape[2];
+        copy_box(scratch, itemsize, s1, s2, s3, count, out, out_strides);
+    }
+    return status;
+}
