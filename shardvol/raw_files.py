@@ -12,6 +12,7 @@ files, or raises the usual errors.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -27,19 +28,19 @@ from shardvol.precomputed_store import chunk_key
 class RawFileReader:
     """Reads boxes of the raw chunk files of one scale stored as local files."""
 
-    def __init__(self, kv: KVStore, grid: ChunkGrid) -> None:
-        self.kv = kv
+    def __init__(self, directory: str, grid: ChunkGrid) -> None:
+        self.directory = directory
         self.grid = grid
 
     @classmethod
     def for_scale(cls, kv: KVStore, grid: ChunkGrid, codec: Codec) -> RawFileReader | None:
         """A reader if the scale's chunks are raw voxels in local files this host can
         copy as they are (little-endian, or single bytes); else None."""
-        if codec.encoding != "raw" or kv.file_path("info") is None:
+        if codec.encoding != "raw" or (sys.byteorder != "little" and codec.dtype.itemsize > 1):
             return None
-        if sys.byteorder != "little" and codec.dtype.itemsize > 1:
-            return None
-        return cls(kv, grid)
+        # chunk keys hold no "/": every chunk file lies in the directory of the scale's keys
+        path = kv.file_path("info")
+        return None if path is None else cls(os.path.dirname(path), grid)
 
     def read_into(self, parts: list[ChunkPart], out: np.ndarray) -> list[ChunkPart]:
         """Copy the boxes of ``parts`` into ``out``; returns the parts left to the caller."""
@@ -49,17 +50,21 @@ class RawFileReader:
             (direct if _unit_steps(p) else left).append(p)
         if not direct:
             return left
-        boxes = np.empty((len(direct), 16), dtype=np.int64)
+        rows = []
         paths = []
-        for i, p in enumerate(direct):
-            paths.append(self.kv.file_path(chunk_key(self.grid, p.coord)))
-            boxes[i, 0:4] = self.grid.chunk_extent(p.coord)
-            boxes[i, 4:8] = [s.start for s in p.chunk_sel]
-            boxes[i, 8:12] = [s.stop - s.start for s in p.chunk_sel]
-            boxes[i, 12:16] = [s.start for s in p.out_sel]
+        for p in direct:
+            paths.append(os.path.join(self.directory, chunk_key(self.grid, p.coord)))
+            rows.append([
+                *self.grid.chunk_extent(p.coord),
+                *(s.start for s in p.chunk_sel),
+                *(s.stop - s.start for s in p.chunk_sel),
+                *(s.start for s in p.out_sel),
+            ])
+        boxes = np.array(rows, dtype=np.int64)
         status = rawfile.read_boxes(paths, boxes, out)
         left.extend(p for p, s in zip(direct, status) if s != 0)
         return left
+
 
 def _unit_steps(p: ChunkPart) -> bool:
     """Whether both sides of the part are boxes (slices of step 1 with both ends)."""
