@@ -30,9 +30,11 @@ Settings, each library's fast path for local files:
   shardvol     Volume(path) defaults (threads = CPU count, fsync'd atomic file writes).
   TensorStore  default context (data_copy_concurrency and file_io_concurrency defaults,
                no cache pool, file_io_sync on: writes are fsync'd); reads ask for
-               order="F" (the chunks' and shardvol's layout; its default, order="C",
-               transposes and was 5-15x slower on full reads here); sharded writes run in
+               order="F" (the chunks' and shardvol's layout); sharded writes run in
                one transaction (whole shards written at commit; about as fast as without).
+  TensorStore C order
+               the same, reading with read()'s default order="C" (what users type; it
+               transposes, 5-15x slower on full reads); writes: "n/a" (the same as above).
   CloudVolume  parallel=1 (otherwise it forks processes), fill_missing=True, cache=False,
                progress=False; writes with compress=False (its default gzips raw and cseg
                chunks, which the other two do not).  It cannot write sharded volumes: "n/a".
@@ -221,6 +223,18 @@ class TensorStore:
                 store.with_transaction(txn).write(data).result()
         else:
             store.write(data).result()
+
+
+class TensorStoreDefaultOrder(TensorStore):
+    """TensorStore reads as users type them: ``read()`` returns a C-order array."""
+
+    name = "TensorStore C order"
+
+    def read(self, h: Any, box: tuple[slice, ...] | None) -> np.ndarray:
+        return (h if box is None else h[box]).read().result()
+
+    def write(self, path: str, ds: Dataset, data: np.ndarray) -> str:
+        return "n/a"  # the same as TensorStore's: the written array's layout is the caller's
 
 
 class CloudVolumeLib:
@@ -451,7 +465,7 @@ def main() -> None:
     ap.add_argument("--no-cloudvolume", action="store_true", help="skip CloudVolume")
     args = ap.parse_args()
     sizes = QUICK if args.quick else FULL
-    libs: list = [Shardvol(), TensorStore()]
+    libs: list = [Shardvol(), TensorStore(), TensorStoreDefaultOrder()]
     if not args.no_cloudvolume:
         libs.append(CloudVolumeLib())
     names = [lib.name for lib in libs]
