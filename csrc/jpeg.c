@@ -189,6 +189,20 @@ static void crop_columns(j_decompress_ptr cinfo, const box *b, size_t *col0, siz
     *ncols = w;
 }
 
+/* Skip n output rows.  Within an iMCU row, libjpeg-turbo (2.1 to 3.1) skips whole row groups
+ * without dropping an upsampled row still pending from the current group (vertical box
+ * upsampling, e.g. 4:2:0 images at most 4 pixels wide) and then returns that stale row; so
+ * read up to the next row group boundary first.  Returns 0 if libjpeg stops short. */
+static int skip_rows(j_decompress_ptr cinfo, JDIMENSION n, JSAMPROW buf)
+{
+    while (n > 0 && cinfo->output_scanline % cinfo->max_v_samp_factor != 0) {
+        if (jpeg_read_scanlines(cinfo, &buf, 1) != 1)
+            return 0;
+        n--;
+    }
+    return n == 0 || jpeg_skip_scanlines(cinfo, n) == n;
+}
+
 /* Everything that can longjmp; `d` and `err` live in the caller's frame. */
 static int run(decoder *d, const uint8_t *data, size_t len, box *b, sv_jpeg_error *err)
 {
@@ -234,7 +248,7 @@ static int run(decoder *d, const uint8_t *data, size_t len, box *b, sv_jpeg_erro
 
     first = (b->lo[0] + X * (b->lo[1] + Y * (uint64_t)b->lo[2])) / b->width;
     last = (b->hi[0] - 1 + X * (b->hi[1] - 1 + Y * (uint64_t)(b->hi[2] - 1))) / b->width;
-    if (first > 0 && jpeg_skip_scanlines(cinfo, (JDIMENSION)first) != first)
+    if (!skip_rows(cinfo, (JDIMENSION)first, buf))
         return stopped(err, 0);
     for (row = first; row <= last; row = row_end) {
         if (row_needed(b, row)) {
@@ -245,7 +259,7 @@ static int run(decoder *d, const uint8_t *data, size_t len, box *b, sv_jpeg_erro
         } else { /* a run of rows outside the box; the last row is needed */
             for (row_end = row + 1; !row_needed(b, row_end); row_end++)
                 ;
-            if (jpeg_skip_scanlines(cinfo, (JDIMENSION)(row_end - row)) != row_end - row)
+            if (!skip_rows(cinfo, (JDIMENSION)(row_end - row), buf))
                 return stopped(err, row);
         }
     }
