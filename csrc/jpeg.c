@@ -263,7 +263,11 @@ static int run(decoder *d, const uint8_t *data, size_t len, box *b, sv_jpeg_erro
                 return stopped(err, row);
         }
     }
-    return SV_OK; /* the rest of the stream is left unread (see jpeg.h) */
+    /* A box that reaches the last row has all of the image: then the stream must also end
+     * properly (no entropy-coded data left over, an end-of-image marker). */
+    if (last + 1 == cinfo->output_height)
+        jpeg_finish_decompress(cinfo);
+    return SV_OK; /* otherwise the rest of the stream is left unread (see jpeg.h) */
 }
 
 static int bad_argument(sv_jpeg_error *err)

@@ -12,13 +12,19 @@
  * defaults (islow IDCT, fancy upsampling) and slicing; it does less work:
  *   - image rows before the first needed one, and runs of rows between the
  *     needed ones (the y outside the box between two z planes), are skipped
- *     with jpeg_skip_scanlines (entropy-decoded, not inverse transformed);
+ *     with jpeg_skip_scanlines (whole iMCU rows are only entropy-decoded),
+ *     from a row-group boundary (see skip_rows in jpeg.c for the libjpeg-turbo
+ *     bug this avoids);
  *   - decoding stops after the last needed row: the stream after it is not
- *     read, so corruption or truncation there is not detected;
+ *     read, so corruption or truncation there is not detected; a box that
+ *     reaches the image's last row also checks the stream's end (no left-over
+ *     entropy-coded data, an end-of-image marker), which TensorStore does not;
  *   - when the image is X wide, only the iMCU columns covering [x0, x1) are
- *     inverse transformed (jpeg_crop_scanline).  With chroma subsampling the
- *     window keeps one pixel of margin on each side inside the image, so the
- *     fancy upsampler never treats a box edge as an image edge.
+ *     inverse transformed (jpeg_crop_scanline).  With horizontal chroma
+ *     subsampling the window keeps one pixel of margin on each side inside the
+ *     image and is at least one iMCU column wide, so the fancy upsampler
+ *     never treats a box edge as an image edge nor falls back to box
+ *     upsampling.
  * Decoded rows pass through one row buffer of the (cropped) image width into
  * the output; there is no whole-image temporary.
  *

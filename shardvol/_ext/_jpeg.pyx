@@ -53,10 +53,10 @@ def decode(data, shape, origin, cnp.ndarray out not None, str context="chunk"):
     if err.reason == SV_JPEG_BAD_ARGUMENT:
         raise InvalidArgumentError(f"jpeg decode: invalid arguments for chunk {context}")
     if err.reason == SV_JPEG_SIZE:
-        x, y, z = full[0], full[1], full[2]
+        x, y, z, w, h = full[0], full[1], full[2], err.width, err.height  # Python ints
         raise ChunkDecodeError(
-            f"{context}: jpeg image is {err.width} x {err.height} = {err.width * err.height} "
-            f"pixels, the chunk {x} x {y} x {z} needs {x * y * z}")
+            f"{context}: jpeg image is {w} x {h} = {w * h} pixels, the chunk {x} x {y} x {z} "
+            f"needs {x * y * z}")
     if err.reason == SV_JPEG_COMPONENTS:
         raise ChunkDecodeError(
             f"{context}: jpeg image has {err.value} channel(s), the chunk {tuple(shape)} needs "
