@@ -80,20 +80,18 @@ static void copy_run(const box *b, const uint8_t *src, size_t x, size_t y, size_
     }
 }
 
-/* Pixels [col0, col0 + ncols) of image row `row` (at `pixels`) are voxels row * width + col in
- * Fortran order: copy those inside the box.  Walks (x, y, z) line segments, so any image width
- * works; with width == X each row is one segment. */
-static void scatter_row(const box *b, uint64_t row, size_t col0, size_t ncols,
-                        const uint8_t *pixels)
+/* The voxels of image row `row` (at `pixels`) are row * width + col in Fortran order: copy
+ * those inside the box.  Walks the row's (x, y, z) line segments. */
+static void scatter_row(const box *b, uint64_t row, const uint8_t *pixels)
 {
     const size_t X = b->shape[0], Y = b->shape[1], C = b->shape[3];
-    uint64_t v = row * b->width + col0;
+    uint64_t v = row * b->width;
     size_t col = 0;
-    while (col < ncols) {
+    while (col < b->width) {
         size_t x = (size_t)(v % X);
         uint64_t line = v / X;
         size_t y = (size_t)(line % Y), z = (size_t)(line / Y);
-        size_t n = X - x < ncols - col ? X - x : ncols - col;
+        size_t n = X - x < b->width - col ? X - x : (size_t)b->width - col;
         if (y >= b->lo[1] && y < b->hi[1] && z >= b->lo[2] && z < b->hi[2]) {
             size_t a = x > b->lo[0] ? x : b->lo[0];
             size_t e = x + n < b->hi[0] ? x + n : b->hi[0];
@@ -203,14 +201,58 @@ static int skip_rows(j_decompress_ptr cinfo, JDIMENSION n, JSAMPROW buf)
     return n == 0 || jpeg_skip_scanlines(cinfo, n) == n;
 }
 
+/* Read the rows the box needs into `buf` (columns from col0 on) and copy the box out; skip the
+ * others.  Sets *last to the last row read. */
+static int decode_rows(j_decompress_ptr cinfo, const box *b, JSAMPROW buf, size_t col0,
+                       sv_jpeg_error *err, uint64_t *last)
+{
+    const size_t X = b->shape[0], Y = b->shape[1], C = b->shape[3];
+    uint64_t row = 0, row_end;
+
+    if (b->width == X) { /* image row y + Y*z holds voxels (0..X, y, z): the box's rows */
+        size_t y, z;
+        for (z = b->lo[2]; z < b->hi[2]; z++) {
+            row = b->lo[1] + Y * (uint64_t)z;
+            if (!skip_rows(cinfo, (JDIMENSION)(row - cinfo->output_scanline), buf))
+                return stopped(err, row);
+            for (y = b->lo[1]; y < b->hi[1]; y++) {
+                if (jpeg_read_scanlines(cinfo, &buf, 1) != 1)
+                    return stopped(err, row + (y - b->lo[1]));
+                copy_run(b, buf + (b->lo[0] - col0) * C, b->lo[0], y, z, b->hi[0] - b->lo[0]);
+            }
+        }
+        *last = row + (b->hi[1] - b->lo[1]) - 1;
+    } else { /* rows hold other runs of voxels: find the rows the box needs */
+        uint64_t first = (b->lo[0] + X * (b->lo[1] + Y * (uint64_t)b->lo[2])) / b->width;
+        *last = (b->hi[0] - 1 + X * (b->hi[1] - 1 + Y * (uint64_t)(b->hi[2] - 1))) / b->width;
+        if (!skip_rows(cinfo, (JDIMENSION)first, buf))
+            return stopped(err, first);
+        for (row = first; row <= *last; row = row_end) {
+            if (row_needed(b, row)) {
+                if (jpeg_read_scanlines(cinfo, &buf, 1) != 1)
+                    return stopped(err, row);
+                scatter_row(b, row, buf);
+                row_end = row + 1;
+            } else { /* a run of rows outside the box; the last row is needed */
+                for (row_end = row + 1; !row_needed(b, row_end); row_end++)
+                    ;
+                if (!skip_rows(cinfo, (JDIMENSION)(row_end - row), buf))
+                    return stopped(err, row);
+            }
+        }
+    }
+    return SV_OK;
+}
+
 /* Everything that can longjmp; `d` and `err` live in the caller's frame. */
 static int run(decoder *d, const uint8_t *data, size_t len, box *b, sv_jpeg_error *err)
 {
     j_decompress_ptr cinfo = &d->cinfo;
-    const size_t X = b->shape[0], Y = b->shape[1], C = b->shape[3];
-    uint64_t first, last, row, row_end;
+    const size_t C = b->shape[3];
+    uint64_t last;
     size_t col0, ncols;
     JSAMPROW buf;
+    int rc;
 
     if (setjmp(d->jerr.jump))
         return SV_ERR_CORRUPT; /* *err filled in by on_error */
@@ -246,23 +288,9 @@ static int run(decoder *d, const uint8_t *data, size_t len, box *b, sv_jpeg_erro
     buf = (JSAMPROW)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE,
                                                ncols * C + 1) + 1;
 
-    first = (b->lo[0] + X * (b->lo[1] + Y * (uint64_t)b->lo[2])) / b->width;
-    last = (b->hi[0] - 1 + X * (b->hi[1] - 1 + Y * (uint64_t)(b->hi[2] - 1))) / b->width;
-    if (!skip_rows(cinfo, (JDIMENSION)first, buf))
-        return stopped(err, 0);
-    for (row = first; row <= last; row = row_end) {
-        if (row_needed(b, row)) {
-            if (jpeg_read_scanlines(cinfo, &buf, 1) != 1)
-                return stopped(err, row);
-            scatter_row(b, row, col0, ncols, buf);
-            row_end = row + 1;
-        } else { /* a run of rows outside the box; the last row is needed */
-            for (row_end = row + 1; !row_needed(b, row_end); row_end++)
-                ;
-            if (!skip_rows(cinfo, (JDIMENSION)(row_end - row), buf))
-                return stopped(err, row);
-        }
-    }
+    rc = decode_rows(cinfo, b, buf, col0, err, &last);
+    if (rc != SV_OK)
+        return rc;
     /* A box that reaches the last row has all of the image: then the stream must also end
      * properly (no entropy-coded data left over, an end-of-image marker). */
     if (last + 1 == cinfo->output_height)
