@@ -9,13 +9,14 @@ INCLUDE_DIRS = ["csrc", np.get_include()]
 MACROS = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]
 
 
-def ext(name: str, *c_sources: str) -> Extension:
+def ext(name: str, *c_sources: str, libraries: tuple[str, ...] = ()) -> Extension:
     return Extension(
         f"shardvol._ext.{name}",
         [f"shardvol/_ext/{name}.pyx", *(f"csrc/{c}" for c in c_sources)],
         include_dirs=INCLUDE_DIRS,
         define_macros=MACROS,
         extra_compile_args=COMPILE_ARGS,
+        libraries=list(libraries),
     )
 
 
@@ -25,6 +26,7 @@ EXTENSIONS = [
     ext("cseg", "cseg.c"),
     ext("downsample", "downsample.c"),
     ext("rawfile", "rawfile.c"),
+    ext("_jpeg", "jpeg.c", libraries=("jpeg",)),  # the system libjpeg(-turbo)
 ]
 
 setup(

@@ -7,8 +7,9 @@ compressed_segmentation on
 MB/s count decoded (raw uint64) bytes.  Decoding into a new array per chunk compares
 like with like; "into volume" decodes each chunk straight into its strided place in the
 whole (268 MB) volume, as the volume layer does, against the package's new array plus
-the copy a reader then needs.  Best of several runs, single thread unless noted; the
-figures move with the machine's load.
+the copy a reader then needs.  jpeg: a 64^3 chunk decoded whole into a volume view and
+as a cutout box, against imagecodecs.jpeg8_decode plus the copy.  Best of several runs,
+single thread unless noted; the figures move with the machine's load.
 Run: python benchmarks/bench_codecs.py
 """
 
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import compressed_segmentation as cseg_pkg
+import imagecodecs
 import numpy as np
 from _timing import best_of  # benchmarks/ is on sys.path when a script runs
 
@@ -158,6 +160,46 @@ def bench_reference_codecs() -> None:
     bench_reference_codec("png uint16 1ch", "png", smooth[..., None].astype(np.uint16) * 200)
 
 
+def bench_jpeg() -> None:
+    """csrc/jpeg.c (straight into the output, only the rows and columns a box needs) against
+    imagecodecs.jpeg8_decode of the whole image plus the copy a reader then needs."""
+    print("\njpeg 64^3 chunk, q75 (TensorStore's encoding), noisy smooth image:"
+          " shardvol vs imagecodecs.jpeg8_decode + copy")
+    rng = np.random.default_rng(2)
+    g = np.mgrid[0:CHUNK, 0:CHUNK, 0:CHUNK].astype(np.float32)
+    smooth = np.clip(128 + 80 * np.sin(g[0] / 7 + g[1] / 11) * np.cos(g[2] / 5)
+                     + rng.normal(0, 8, g[0].shape), 0, 255).astype(np.uint8)
+    cutout = (slice(20, 64), slice(0, 40), slice(30, 64))
+    for label, a in (("1ch", smooth[..., None]),
+                     ("3ch", np.stack([smooth, smooth[::-1], smooth.transpose(1, 0, 2)], 3))):
+        c = a.shape[3]
+        codec = get_codec("jpeg", dtype="uint8", num_channels=c)
+        data = codec.encode(a)
+        volume = np.zeros((100, 100, 100, c), np.uint8, order="F")
+        whole_view = volume[10:74, 20:84, 30:94]
+        box = (*cutout, slice(0, c))
+        box_view = volume[:44, :40, :34]
+
+        def full_reference():
+            img = imagecodecs.jpeg8_decode(data)
+            whole_view[...] = img.reshape(CHUNK, CHUNK, CHUNK, c).transpose(2, 1, 0, 3)
+
+        def box_reference():
+            img = imagecodecs.jpeg8_decode(data)
+            box_view[...] = img.reshape(CHUNK, CHUNK, CHUNK, c).transpose(2, 1, 0, 3)[box]
+
+        runs = {
+            "full": (lambda: codec.decode(data, a.shape, out=whole_view), full_reference),
+            "cutout [20:64, 0:40, 30:64]": (
+                lambda: codec.decode_region(data, a.shape, box, box_view), box_reference),
+        }
+        for name, (ours, ref) in runs.items():
+            t_ours, t_ref = (best_of(lambda f=f: [f() for _ in range(20)], 9) / 20
+                             for f in (ours, ref))
+            print(f"  {label} {name:<28} shardvol {t_ours * 1e3:6.3f} ms, imagecodecs + copy "
+                  f"{t_ref * 1e3:6.3f} ms (x{t_ref / t_ours:.2f})")
+
+
 def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"{platform.python_implementation()} {platform.python_version()}, numpy {np.__version__}")
@@ -165,6 +207,7 @@ def main() -> None:
     fib = np.fromfile(FIB25, dtype="<u8").reshape((64, 64, 64, 1), order="F")
     bench_cseg("FIB-25 labels 64^3", fib)
     bench_reference_codecs()
+    bench_jpeg()
 
 
 if __name__ == "__main__":

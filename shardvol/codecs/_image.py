@@ -33,6 +33,16 @@ def encode_image(encoder: Callable[..., bytes], array: np.ndarray, name: str, **
             f"{array.shape[1] * array.shape[2]} image: {e}") from e
 
 
+def check_image_size(name: str, image_size: tuple[int, int], shape: Shape4, where: str) -> None:
+    """Refuse an image of ``image_size`` (width, height) that cannot hold a chunk of ``shape``."""
+    x, y, z, _ = shape
+    width, height = image_size
+    if width * height != x * y * z:
+        raise ChunkDecodeError(
+            f"{where}: {name} image is {width} x {height} = {width * height} pixels, the chunk "
+            f"{x} x {y} x {z} needs {x * y * z}")
+
+
 def decode_image(
     decoder: Callable[[bytes], np.ndarray],
     data: bytes,
@@ -49,11 +59,7 @@ def decode_image(
     cannot make the decoder allocate more than the chunk's own size.
     """
     x, y, z, c = shape
-    width, height = image_size
-    if width * height != x * y * z:
-        raise ChunkDecodeError(
-            f"{where}: {name} image is {width} x {height} = {width * height} pixels, the chunk "
-            f"{x} x {y} x {z} needs {x * y * z}")
+    check_image_size(name, image_size, shape, where)
     try:
         img = decoder(data)
     except Exception as e:  # imagecodecs raises its own RuntimeError subclasses

@@ -1,5 +1,7 @@
-"""jpeg: uint8 chunks with 1 or 3 channels as one JPEG image (libjpeg-turbo via
-imagecodecs), laid out as in :mod:`shardvol.codecs._image`."""
+"""jpeg: uint8 chunks with 1 or 3 channels as one JPEG image, laid out as in
+:mod:`shardvol.codecs._image`.  Encoded with libjpeg-turbo via imagecodecs; decoded
+by csrc/jpeg.c over the system libjpeg, straight into the output and only as far as
+a box needs."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import operator
 import imagecodecs
 import numpy as np
 
-from shardvol.codecs._image import decode_image, encode_image, jpeg_size
-from shardvol.codecs.base import Codec, Shape4
+from shardvol._ext import _jpeg
+from shardvol.codecs._image import check_image_size, encode_image, jpeg_size
+from shardvol.codecs.base import Codec, Shape4, fortran_empty
 from shardvol.errors import InvalidArgumentError
 
 #: TensorStore's default; it also writes this value into the info file.
@@ -48,5 +51,15 @@ class JpegCodec(Codec):
                             subsampling="420", optimize=False)
 
     def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
-        return decode_image(imagecodecs.jpeg8_decode, data, jpeg_size(data, where), shape,
-                            self.dtype, out, "jpeg", where)
+        target = fortran_empty(shape, self.dtype) if out is None else out
+        self._decode_region(data, shape, (0, 0, 0, 0), target, where)
+        return target
+
+    def _decode_region(
+        self, data: bytes, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
+    ) -> None:
+        """Bit-identical to decoding the whole image and slicing (libjpeg-turbo, as imagecodecs
+        and TensorStore decode); rows after the last one the box needs are not read, so damage
+        there goes unnoticed."""
+        check_image_size("jpeg", jpeg_size(data, where), shape, where)
+        _jpeg.decode(data, shape, origin, out, where)

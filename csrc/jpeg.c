@@ -1,0 +1,348 @@
+/* JPEG chunk decoding into strided boxes; see jpeg.h. */
+#include "jpeg.h"
+
+#include <limits.h>
+#include <setjmp.h>
+#include <stdio.h> /* jpeglib.h needs FILE */
+#include <string.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+/* ---- error handling: every libjpeg error and warning longjmps back --------------------------- */
+
+typedef struct {
+    struct jpeg_error_mgr pub; /* first: cinfo->err points here */
+    jmp_buf jump;
+    sv_jpeg_error *err;
+} error_mgr;
+
+static void on_error(j_common_ptr cinfo)
+{
+    error_mgr *m = (error_mgr *)cinfo->err;
+    sv_jpeg_error *e = m->err;
+    if (cinfo->err->msg_code == JERR_BAD_PRECISION) { /* libjpeg-turbo 2 refuses 12-bit here */
+        e->reason = SV_JPEG_PRECISION;
+        e->value = cinfo->err->msg_parm.i[0];
+    } else {
+        e->reason = SV_JPEG_LIBJPEG;
+    }
+    (*cinfo->err->format_message)(cinfo, e->message);
+    longjmp(m->jump, 1);
+}
+
+/* Warnings (level -1: corrupt data, premature end of data, ...) are errors; traces are ignored. */
+static void on_message(j_common_ptr cinfo, int level)
+{
+    if (level < 0) {
+        cinfo->err->num_warnings++;
+        on_error(cinfo);
+    }
+}
+
+/* ---- geometry ------------------------------------------------------------------------------ */
+
+typedef struct {
+    size_t shape[4];         /* X, Y, Z, C */
+    size_t lo[4], hi[4];     /* the box [lo, hi) */
+    uint64_t voxels;         /* X*Y*Z, or UINT64_MAX if above 2**32 (no JPEG is that large) */
+    uint64_t width;          /* image width, once read */
+    uint8_t *out;
+    ptrdiff_t s[4];          /* output strides in bytes */
+} box;
+
+/* Copy `n` pixels (all image channels interleaved at `src`) of voxels (x..x+n, y, z), all inside
+ * the box, to the output. */
+static void copy_run(const box *b, const uint8_t *src, size_t x, size_t y, size_t z, size_t n)
+{
+    const size_t C = b->shape[3], c0 = b->lo[3], nc = b->hi[3] - b->lo[3];
+    const ptrdiff_t s0 = b->s[0], s3 = b->s[3];
+    uint8_t *dst = b->out + (ptrdiff_t)(x - b->lo[0]) * s0 + (ptrdiff_t)(y - b->lo[1]) * b->s[1] +
+                   (ptrdiff_t)(z - b->lo[2]) * b->s[2];
+    size_t i, c;
+    src += c0;
+    if (nc == C && s0 == (ptrdiff_t)C && (C == 1 || s3 == 1)) { /* the image's own layout */
+        memcpy(dst, src, n * C);
+    } else if (nc == 1) {
+        for (i = 0; i < n; i++)
+            dst[(ptrdiff_t)i * s0] = src[i * C];
+    } else if (nc == 3 && s0 == 1) { /* RGB into channel planes (Fortran order) */
+        uint8_t *d1 = dst + s3, *d2 = dst + 2 * s3;
+        for (i = 0; i < n; i++) {
+            dst[i] = src[3 * i];
+            d1[i] = src[3 * i + 1];
+            d2[i] = src[3 * i + 2];
+        }
+    } else {
+        for (i = 0; i < n; i++)
+            for (c = 0; c < nc; c++)
+                dst[(ptrdiff_t)i * s0 + (ptrdiff_t)c * s3] = src[i * C + c];
+    }
+}
+
+/* The voxels of image row `row` (at `pixels`) are row * width + col in Fortran order: copy
+ * those inside the box.  Walks the row's (x, y, z) line segments. */
+static void scatter_row(const box *b, uint64_t row, const uint8_t *pixels)
+{
+    const size_t X = b->shape[0], Y = b->shape[1], C = b->shape[3];
+    uint64_t v = row * b->width;
+    size_t col = 0;
+    while (col < b->width) {
+        size_t x = (size_t)(v % X);
+        uint64_t line = v / X;
+        size_t y = (size_t)(line % Y), z = (size_t)(line / Y);
+        size_t n = X - x < b->width - col ? X - x : (size_t)b->width - col;
+        if (y >= b->lo[1] && y < b->hi[1] && z >= b->lo[2] && z < b->hi[2]) {
+            size_t a = x > b->lo[0] ? x : b->lo[0];
+            size_t e = x + n < b->hi[0] ? x + n : b->hi[0];
+            if (a < e)
+                copy_run(b, pixels + (col + (a - x)) * C, a, y, z, e - a);
+        }
+        col += n;
+        v += n;
+    }
+}
+
+/* Whether image row `row` holds any voxel of the box. */
+static int row_needed(const box *b, uint64_t row)
+{
+    const size_t X = b->shape[0], Y = b->shape[1];
+    uint64_t v = row * b->width, end = v + b->width;
+    while (v < end) {
+        size_t x = (size_t)(v % X);
+        uint64_t line = v / X;
+        size_t y = (size_t)(line % Y), z = (size_t)(line / Y);
+        uint64_t n = X - x < end - v ? X - x : end - v;
+        if (y >= b->lo[1] && y < b->hi[1] && z >= b->lo[2] && z < b->hi[2] && x < b->hi[0] &&
+            x + n > b->lo[0])
+            return 1;
+        v += n;
+    }
+    return 0;
+}
+
+/* ---- decoding ------------------------------------------------------------------------------ */
+
+typedef struct {
+    struct jpeg_decompress_struct cinfo;
+    error_mgr jerr;
+} decoder;
+
+static int fail(sv_jpeg_error *err, int reason, int value)
+{
+    err->reason = reason;
+    err->value = value;
+    return SV_ERR_CORRUPT;
+}
+
+/* libjpeg returned fewer rows than asked (cannot happen with an in-memory source). */
+static int stopped(sv_jpeg_error *err, uint64_t row)
+{
+    snprintf(err->message, sizeof err->message, "decoder stopped at image row %llu",
+             (unsigned long long)row);
+    return fail(err, SV_JPEG_LIBJPEG, 0);
+}
+
+/* Whether some component is subsampled horizontally (then upsampling mixes neighbouring
+ * columns). */
+static int h_subsampled(j_decompress_ptr cinfo)
+{
+    int ci;
+    for (ci = 0; ci < cinfo->num_components; ci++)
+        if (cinfo->comp_info[ci].h_samp_factor != cinfo->max_h_samp_factor)
+            return 1;
+    return 0;
+}
+
+/* Restrict decoding to the image columns the box needs (only when rows are X wide).  Sets the
+ * first decoded column and the decoded width. */
+static void crop_columns(j_decompress_ptr cinfo, const box *b, size_t *col0, size_t *ncols)
+{
+    const size_t X = b->shape[0];
+    size_t left = b->lo[0], right = b->hi[0];
+    JDIMENSION xoff, w;
+    *col0 = 0;
+    *ncols = cinfo->output_width;
+    if (b->width != X)
+        return;
+    if (h_subsampled(cinfo)) {
+        /* The fancy upsampler treats the window's edges as image edges, and a window narrower
+         * than 3 chroma samples makes libjpeg fall back to box upsampling.  So keep one pixel
+         * between each needed column and an inner window edge, and make the window at least one
+         * iMCU column wide (libjpeg decodes whole iMCU columns anyway). */
+        const size_t align = (size_t)cinfo->min_DCT_scaled_size * cinfo->max_h_samp_factor;
+        left = left > 0 ? (left - 1) / align * align : 0;
+        right = right < X ? (right + align) / align * align : X;
+        if (right > X)
+            right = X;
+        if (right - left < align) /* only at the image's right edge */
+            left = left > align ? left - align : 0;
+    }
+    if (left == 0 && right == X)
+        return;
+    xoff = (JDIMENSION)left;
+    w = (JDIMENSION)(right - left);
+    jpeg_crop_scanline(cinfo, &xoff, &w); /* moves xoff down to an iMCU boundary */
+    *col0 = xoff;
+    *ncols = w;
+}
+
+/* Skip n output rows.  Within an iMCU row, libjpeg-turbo (2.1 to 3.1) skips whole row groups
+ * without dropping an upsampled row still pending from the current group (vertical box
+ * upsampling, e.g. 4:2:0 images at most 4 pixels wide) and then returns that stale row; so
+ * read up to the next row group boundary first.  Returns 0 if libjpeg stops short. */
+static int skip_rows(j_decompress_ptr cinfo, JDIMENSION n, JSAMPROW buf)
+{
+    while (n > 0 && cinfo->output_scanline % cinfo->max_v_samp_factor != 0) {
+        if (jpeg_read_scanlines(cinfo, &buf, 1) != 1)
+            return 0;
+        n--;
+    }
+    return n == 0 || jpeg_skip_scanlines(cinfo, n) == n;
+}
+
+/* Read the rows the box needs into `buf` (columns from col0 on) and copy the box out; skip the
+ * others.  Sets *last to the last row read. */
+static int decode_rows(j_decompress_ptr cinfo, const box *b, JSAMPROW buf, size_t col0,
+                       sv_jpeg_error *err, uint64_t *last)
+{
+    const size_t X = b->shape[0], Y = b->shape[1], C = b->shape[3];
+    uint64_t row = 0, row_end;
+
+    if (b->width == X) { /* image row y + Y*z holds voxels (0..X, y, z): the box's rows */
+        size_t y, z;
+        for (z = b->lo[2]; z < b->hi[2]; z++) {
+            row = b->lo[1] + Y * (uint64_t)z;
+            if (!skip_rows(cinfo, (JDIMENSION)(row - cinfo->output_scanline), buf))
+                return stopped(err, row);
+            for (y = b->lo[1]; y < b->hi[1]; y++) {
+                if (jpeg_read_scanlines(cinfo, &buf, 1) != 1)
+                    return stopped(err, row + (y - b->lo[1]));
+                copy_run(b, buf + (b->lo[0] - col0) * C, b->lo[0], y, z, b->hi[0] - b->lo[0]);
+            }
+        }
+        *last = row + (b->hi[1] - b->lo[1]) - 1;
+    } else { /* rows hold other runs of voxels: find the rows the box needs */
+        uint64_t first = (b->lo[0] + X * (b->lo[1] + Y * (uint64_t)b->lo[2])) / b->width;
+        *last = (b->hi[0] - 1 + X * (b->hi[1] - 1 + Y * (uint64_t)(b->hi[2] - 1))) / b->width;
+        if (!skip_rows(cinfo, (JDIMENSION)first, buf))
+            return stopped(err, first);
+        for (row = first; row <= *last; row = row_end) {
+            if (row_needed(b, row)) {
+                if (jpeg_read_scanlines(cinfo, &buf, 1) != 1)
+                    return stopped(err, row);
+                scatter_row(b, row, buf);
+                row_end = row + 1;
+            } else { /* a run of rows outside the box; the last row is needed */
+                for (row_end = row + 1; !row_needed(b, row_end); row_end++)
+                    ;
+                if (!skip_rows(cinfo, (JDIMENSION)(row_end - row), buf))
+                    return stopped(err, row);
+            }
+        }
+    }
+    return SV_OK;
+}
+
+/* Everything that can longjmp; `d` and `err` live in the caller's frame. */
+static int run(decoder *d, const uint8_t *data, size_t len, box *b, sv_jpeg_error *err)
+{
+    j_decompress_ptr cinfo = &d->cinfo;
+    const size_t C = b->shape[3];
+    uint64_t last;
+    size_t col0, ncols;
+    JSAMPROW buf;
+    int rc;
+
+    if (setjmp(d->jerr.jump))
+        return SV_ERR_CORRUPT; /* *err filled in by on_error */
+    jpeg_create_decompress(cinfo);
+    jpeg_mem_src(cinfo, data, (unsigned long)len);
+    jpeg_read_header(cinfo, TRUE);
+
+    err->width = cinfo->image_width;
+    err->height = cinfo->image_height;
+    if ((uint64_t)cinfo->image_width * cinfo->image_height != b->voxels)
+        return fail(err, SV_JPEG_SIZE, 0);
+    b->width = cinfo->image_width;
+    if ((size_t)cinfo->num_components != C)
+        return fail(err, SV_JPEG_COMPONENTS, cinfo->num_components);
+    if (cinfo->data_precision != 8)
+        return fail(err, SV_JPEG_PRECISION, cinfo->data_precision);
+    if (b->lo[0] == b->hi[0] || b->lo[1] == b->hi[1] || b->lo[2] == b->hi[2] ||
+        b->lo[3] == b->hi[3])
+        return SV_OK;
+
+    /* libjpeg's defaults, which the bit-exactness promise refers to */
+    cinfo->dct_method = JDCT_ISLOW;
+    cinfo->do_fancy_upsampling = TRUE;
+    cinfo->out_color_space = C == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(cinfo);
+    if ((size_t)cinfo->output_components != C)
+        return fail(err, SV_JPEG_COMPONENTS, cinfo->output_components);
+
+    crop_columns(cinfo, b, &col0, &ncols);
+    /* One row, deliberately misaligned: libjpeg-turbo's SIMD color converters write aligned
+     * rows with non-temporal stores, which would evict the row we read back at once (2x slower
+     * RGB decoding). */
+    buf = (JSAMPROW)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                               ncols * C + 1) + 1;
+
+    rc = decode_rows(cinfo, b, buf, col0, err, &last);
+    if (rc != SV_OK)
+        return rc;
+    /* A box that reaches the last row has all of the image: then the stream must also end
+     * properly (no entropy-coded data left over, an end-of-image marker). */
+    if (last + 1 == cinfo->output_height)
+        jpeg_finish_decompress(cinfo);
+    return SV_OK; /* otherwise the rest of the stream is left unread (see jpeg.h) */
+}
+
+static int bad_argument(sv_jpeg_error *err)
+{
+    err->reason = SV_JPEG_BAD_ARGUMENT;
+    return SV_ERR_ARGUMENT;
+}
+
+int sv_jpeg_decode_region(const uint8_t *data, size_t len, const size_t shape[4],
+                          const size_t origin[4], const size_t region[4], uint8_t *out,
+                          const ptrdiff_t out_strides[4], sv_jpeg_error *err)
+{
+    decoder d;
+    box b;
+    int d_i, rc;
+
+    memset(err, 0, sizeof *err);
+    if (shape[3] != 1 && shape[3] != 3)
+        return bad_argument(err);
+    for (d_i = 0; d_i < 4; d_i++) {
+        if (origin[d_i] > shape[d_i] || region[d_i] > shape[d_i] - origin[d_i])
+            return bad_argument(err);
+        b.shape[d_i] = shape[d_i];
+        b.lo[d_i] = origin[d_i];
+        b.hi[d_i] = origin[d_i] + region[d_i];
+        b.s[d_i] = out_strides[d_i];
+    }
+    if (len > ULONG_MAX)
+        return bad_argument(err);
+    /* X*Y*Z without overflow: a JPEG has fewer than 2**32 pixels, so larger chunks never match */
+    b.voxels = 1;
+    for (d_i = 0; d_i < 3; d_i++) {
+        if (b.voxels != 0 && shape[d_i] > ((uint64_t)1 << 32) / b.voxels) {
+            b.voxels = UINT64_MAX;
+            break;
+        }
+        b.voxels *= shape[d_i];
+    }
+    b.out = out;
+    b.width = 0;
+
+    memset(&d, 0, sizeof d);
+    d.cinfo.err = jpeg_std_error(&d.jerr.pub);
+    d.jerr.pub.error_exit = on_error;
+    d.jerr.pub.emit_message = on_message;
+    d.jerr.err = err;
+    rc = run(&d, data, len, &b, err);
+    jpeg_destroy_decompress(&d.cinfo);
+    return rc;
+}

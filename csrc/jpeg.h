@@ -1,0 +1,77 @@
+/* Neuroglancer "jpeg" chunks: decode a box of a chunk with libjpeg(-turbo),
+ * straight into a strided output.
+ *
+ * Layout: a chunk of shape (X, Y, Z, C), C = 1 (grayscale) or 3 (RGB), uint8,
+ * is one baseline/progressive JPEG image whose pixels, read row after row,
+ * are the voxels in Fortran order (x fastest, then y, then z), channels
+ * interleaved.  Writers make the image X wide and Y*Z high (image row
+ * y + Y*z, column x is voxel (x, y, z)); any width and height whose product
+ * is X*Y*Z is accepted, as Neuroglancer and TensorStore do.
+ *
+ * Decoding is bit-identical to decoding the whole image with libjpeg's
+ * defaults (islow IDCT, fancy upsampling) and slicing; it does less work:
+ *   - image rows before the first needed one, and runs of rows between the
+ *     needed ones (the y outside the box between two z planes), are skipped
+ *     with jpeg_skip_scanlines (whole iMCU rows are only entropy-decoded),
+ *     from a row-group boundary (see skip_rows in jpeg.c for the libjpeg-turbo
+ *     bug this avoids);
+ *   - decoding stops after the last needed row: the stream after it is not
+ *     read, so corruption or truncation there is not detected; a box that
+ *     reaches the image's last row also checks the stream's end (no left-over
+ *     entropy-coded data, an end-of-image marker), which TensorStore does not;
+ *   - when the image is X wide, only the iMCU columns covering [x0, x1) are
+ *     inverse transformed (jpeg_crop_scanline).  With horizontal chroma
+ *     subsampling the window keeps one pixel of margin on each side inside the
+ *     image and is at least one iMCU column wide, so the fancy upsampler
+ *     never treats a box edge as an image edge nor falls back to box
+ *     upsampling.
+ * Decoded rows pass through one row buffer of the (cropped) image width into
+ * the output; there is no whole-image temporary.
+ *
+ * libjpeg errors AND warnings (corrupt data, premature end of data, which
+ * libjpeg would otherwise pad with gray) are errors, as in TensorStore.
+ * The header is checked before any allocation sized by it: width * height
+ * must equal X*Y*Z, the component count C and the precision 8 bits.
+ */
+#ifndef SHARDVOL_JPEG_H
+#define SHARDVOL_JPEG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sv_common.h"
+
+/* Room for libjpeg's formatted messages (its JMSG_LENGTH_MAX). */
+#define SV_JPEG_MESSAGE_MAX 200
+
+/* What went wrong, in sv_jpeg_error.reason. */
+enum {
+    SV_JPEG_NO_ERROR = 0,
+    SV_JPEG_LIBJPEG,     /* libjpeg error or warning: corrupt or truncated data (message) */
+    SV_JPEG_SIZE,        /* width * height != X*Y*Z (width, height) */
+    SV_JPEG_COMPONENTS,  /* the image has `value` components, not C */
+    SV_JPEG_PRECISION,   /* the image has `value`-bit samples, not 8 */
+    SV_JPEG_BAD_ARGUMENT /* C not 1 or 3, box outside the chunk, data too long for libjpeg */
+};
+
+typedef struct {
+    int reason;
+    uint32_t width, height; /* from the frame header, once read */
+    int value;
+    char message[SV_JPEG_MESSAGE_MAX]; /* libjpeg's message for SV_JPEG_LIBJPEG */
+} sv_jpeg_error;
+
+/* Decode the box [origin, origin + region) of the chunk of `shape`
+ * (X, Y, Z, C) held in the `len` bytes at `data` into `out`: the box's
+ * voxel (x, y, z, c) goes to out[x*s[0] + y*s[1] + z*s[2] + c*s[3]] for
+ * s = out_strides, in bytes (any signs).  origin[3]/region[3] select
+ * channels.  An empty box only checks the header.
+ *
+ * Returns SV_OK; SV_ERR_ARGUMENT (reason SV_JPEG_BAD_ARGUMENT); or
+ * SV_ERR_CORRUPT with *err filled in (out may then be partly written).
+ * Thread-safe: all state lives in the call. */
+int sv_jpeg_decode_region(const uint8_t *data, size_t len, const size_t shape[4],
+                          const size_t origin[4], const size_t region[4], uint8_t *out,
+                          const ptrdiff_t out_strides[4], sv_jpeg_error *err);
+
+#endif

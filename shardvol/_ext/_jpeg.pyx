@@ -1,0 +1,68 @@
+"""JPEG chunk decoding into strided boxes (C kernel in csrc/jpeg.c over libjpeg, GIL released)."""
+import numpy as np
+cimport numpy as cnp
+from libc.stddef cimport ptrdiff_t
+from libc.stdint cimport uint8_t
+
+from shardvol._ext.csrc cimport SV_OK
+from shardvol._ext.csrc_jpeg cimport *
+from shardvol.errors import ChunkDecodeError, InvalidArgumentError
+
+cnp.import_array()
+
+_UINT8 = np.dtype(np.uint8)
+
+
+def decode(data, shape, origin, cnp.ndarray out not None, str context="chunk"):
+    """Decode the box of ``out.shape`` at ``origin`` of a jpeg chunk of ``shape``
+    (x, y, z, channel; 1 or 3 channels) held in ``data`` into ``out``, a writable
+    uint8 array of any strides.  Raises ChunkDecodeError naming ``context`` if the
+    data is corrupt or truncated (before the last row the box needs) or does not
+    match ``shape``."""
+    cdef size_t full[4]
+    cdef size_t start[4]
+    cdef size_t region[4]
+    cdef ptrdiff_t strides[4]
+    if out.ndim != 4 or out.dtype != _UINT8 or not out.flags.writeable:
+        raise InvalidArgumentError(
+            f"jpeg decode needs a writable 4-D uint8 output, got {out.dtype} {(<object>out).shape}")
+    if len(shape) != 4 or len(origin) != 4:
+        raise InvalidArgumentError(f"jpeg decode: shape {shape!r} and origin {origin!r} need 4 values")
+    for d in range(4):
+        if shape[d] < 0 or origin[d] < 0 or origin[d] + out.shape[d] > shape[d]:
+            raise InvalidArgumentError(
+                f"jpeg decode: box at {tuple(origin)} of shape {(<object>out).shape} is not inside "
+                f"the chunk shape {tuple(shape)}")
+        full[d] = shape[d]
+        start[d] = origin[d]
+        region[d] = out.shape[d]
+        strides[d] = out.strides[d]
+    if full[3] != 1 and full[3] != 3:
+        raise InvalidArgumentError(f"jpeg chunks have 1 or 3 channels, not {full[3]}")
+    cdef const uint8_t[::1] buf = data
+    cdef uint8_t empty = 0
+    cdef const uint8_t *pdata = &buf[0] if buf.shape[0] else &empty
+    cdef size_t nbytes = buf.shape[0]
+    cdef uint8_t *pout = <uint8_t *>cnp.PyArray_DATA(out)
+    cdef sv_jpeg_error err
+    cdef int rc
+    with nogil:
+        rc = sv_jpeg_decode_region(pdata, nbytes, full, start, region, pout, strides, &err)
+    if rc == SV_OK:
+        return
+    if err.reason == SV_JPEG_BAD_ARGUMENT:
+        raise InvalidArgumentError(f"jpeg decode: invalid arguments for chunk {context}")
+    if err.reason == SV_JPEG_SIZE:
+        x, y, z, w, h = full[0], full[1], full[2], err.width, err.height  # Python ints
+        raise ChunkDecodeError(
+            f"{context}: jpeg image is {w} x {h} = {w * h} pixels, the chunk {x} x {y} x {z} "
+            f"needs {x * y * z}")
+    if err.reason == SV_JPEG_COMPONENTS:
+        raise ChunkDecodeError(
+            f"{context}: jpeg image has {err.value} channel(s), the chunk {tuple(shape)} needs "
+            f"{full[3]}")
+    if err.reason == SV_JPEG_PRECISION:
+        raise ChunkDecodeError(
+            f"{context}: jpeg image has {err.value}-bit samples, the volume is uint8")
+    raise ChunkDecodeError(
+        f"{context}: corrupt jpeg data: {err.message.decode('utf-8', 'replace')}")

@@ -1,0 +1,219 @@
+/* Differential + mutation fuzzer for csrc/jpeg.c, meant to run under AddressSanitizer +
+ * UndefinedBehaviorSanitizer (or valgrind):
+ *
+ *   gcc -std=c99 -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+ *       -Icsrc tests/c/fuzz_jpeg.c csrc/jpeg.c -ljpeg -o /tmp/fuzz_jpeg && /tmp/fuzz_jpeg 2000
+ *
+ * Each iteration encodes a random chunk (1 or 3 channels, odd sizes, sometimes an image
+ * whose width is not X) with libjpeg's own compressor in a random mode: baseline or
+ * optimized Huffman, progressive, arithmetic, restart intervals, every usual chroma
+ * subsampling.  The oracle is libjpeg decoding the whole image with its defaults (what
+ * imagecodecs and TensorStore do): the whole chunk and random boxes decoded by
+ * sv_jpeg_decode_region into randomly laid out exact-size buffers (dimensions in a random
+ * order, strides possibly negative) must match it bit for bit.  Then mutated streams (bit
+ * flips, truncation, garbage tails, forged header bytes) are decoded into exact-size
+ * buffers: they must decode or fail with SV_ERR_CORRUPT, and touch nothing outside.
+ * Exits non-zero on failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#include "jpeg.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static size_t rnd_in(size_t lo, size_t hi) { return lo + (size_t)(rnd() % (hi - lo + 1)); }
+
+static char mode[200]; /* how the current chunk was encoded, for failure reports */
+
+/* Encode a width x height image of c interleaved channels (libjpeg exits on its own errors,
+ * which valid parameters never raise). */
+static unsigned char *encode(const uint8_t *pixels, unsigned width, unsigned height, int c,
+                             unsigned long *len) {
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr em;
+    unsigned char *out = NULL;
+    static const int samp[][2] = {{1, 1}, {2, 1}, {2, 2}, {1, 2}, {4, 1}, {2, 2}};
+    ci.err = jpeg_std_error(&em);
+    jpeg_create_compress(&ci);
+    *len = 0;
+    jpeg_mem_dest(&ci, &out, len);
+    ci.image_width = width;
+    ci.image_height = height;
+    ci.input_components = c;
+    ci.in_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, (int)rnd_in(20, 98), TRUE);
+    if (c == 3) {
+        int s = (int)(rnd() % 6);
+        ci.comp_info[0].h_samp_factor = samp[s][0];
+        ci.comp_info[0].v_samp_factor = samp[s][1];
+    }
+    if (rnd() % 3 == 0)
+        ci.arith_code = TRUE;
+    else
+        ci.optimize_coding = rnd() % 3 == 0; /* arithmetic coding is adaptive already */
+    if (rnd() % 3 == 0) jpeg_simple_progression(&ci);
+    if (rnd() % 4 == 0) ci.restart_in_rows = (int)rnd_in(1, 4);
+    snprintf(mode, sizeof mode, "%ux%u image, %d channel(s), sampling %dx%d, %s%s%s, restart rows %d",
+             width, height, c, ci.comp_info[0].h_samp_factor, ci.comp_info[0].v_samp_factor,
+             ci.arith_code ? "arithmetic" : ci.optimize_coding ? "optimized Huffman" : "Huffman",
+             ci.num_scans > 1 ? ", progressive" : "", "", ci.restart_in_rows);
+    jpeg_start_compress(&ci, TRUE);
+    while (ci.next_scanline < height) {
+        JSAMPROW row = (JSAMPROW)(pixels + (size_t)ci.next_scanline * width * c);
+        jpeg_write_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    return out;
+}
+
+/* The oracle: libjpeg decodes the whole image with its defaults. */
+static void reference(const unsigned char *data, unsigned long len, uint8_t *pixels) {
+    struct jpeg_decompress_struct ci;
+    struct jpeg_error_mgr em;
+    ci.err = jpeg_std_error(&em);
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, data, len);
+    jpeg_read_header(&ci, TRUE);
+    jpeg_start_decompress(&ci);
+    while (ci.output_scanline < ci.output_height) {
+        JSAMPROW row = pixels + (size_t)ci.output_scanline * ci.output_width * ci.output_components;
+        jpeg_read_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_decompress(&ci);
+    jpeg_destroy_decompress(&ci);
+}
+
+/* A random layout of an exact-size buffer for `shape`: dimensions in a random order, each
+ * stride possibly negative.  Returns the offset of element (0, 0, 0, 0). */
+static ptrdiff_t layout(const size_t shape[4], ptrdiff_t st[4]) {
+    int perm[4] = {0, 1, 2, 3};
+    ptrdiff_t step = 1, base = 0;
+    for (int i = 3; i > 0; --i) {
+        int j = (int)(rnd() % (unsigned)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int k = 0; k < 4; ++k) {
+        int d = perm[k];
+        st[d] = rnd() & 1 ? step : -step;
+        if (st[d] < 0) base += step * (ptrdiff_t)(shape[d] - 1);
+        step *= (ptrdiff_t)shape[d];
+    }
+    return base;
+}
+
+static void random_box(const size_t shape[4], size_t origin[4], size_t region[4]) {
+    for (int d = 0; d < 4; ++d) {
+        int kind = (int)(rnd() % 4);
+        if (kind == 0) { /* everything */
+            origin[d] = 0;
+            region[d] = shape[d];
+        } else if (kind == 1) { /* one voxel */
+            origin[d] = rnd_in(0, shape[d] - 1);
+            region[d] = 1;
+        } else {
+            size_t a = rnd_in(0, shape[d] - 1), b = rnd_in(a + 1, shape[d]);
+            origin[d] = a;
+            region[d] = b - a;
+        }
+    }
+}
+
+/* Decode a box into an exact-size heap buffer of a random layout; compare with the oracle
+ * (`ref` may be NULL: then only the return code is checked). */
+static int check_box(const unsigned char *data, size_t len, const size_t shape[4],
+                     const uint8_t *ref, long *ok, long *rejected) {
+    size_t origin[4], region[4];
+    ptrdiff_t st[4];
+    sv_jpeg_error err;
+    random_box(shape, origin, region);
+    size_t n = region[0] * region[1] * region[2] * region[3];
+    uint8_t *out = malloc(n);
+    ptrdiff_t base = layout(region, st);
+    int rc = sv_jpeg_decode_region(data, len, shape, origin, region, out + base, st, &err);
+    if (rc == SV_OK) {
+        ++*ok;
+        if (ref)
+            for (size_t x = 0; x < region[0]; ++x)
+                for (size_t y = 0; y < region[1]; ++y)
+                    for (size_t z = 0; z < region[2]; ++z)
+                        for (size_t c = 0; c < region[3]; ++c) {
+                            size_t v = (x + origin[0]) + shape[0] * ((y + origin[1]) + shape[1] * (z + origin[2]));
+                            uint8_t want = ref[v * shape[3] + c + origin[3]];
+                            uint8_t got = out[base + (ptrdiff_t)x * st[0] + (ptrdiff_t)y * st[1] +
+                                              (ptrdiff_t)z * st[2] + (ptrdiff_t)c * st[3]];
+                            if (got != want) {
+                                fprintf(stderr, "mismatch: shape (%zu,%zu,%zu,%zu) box at (%zu,%zu,%zu,%zu) "
+                                        "size (%zu,%zu,%zu,%zu), voxel (%zu,%zu,%zu,%zu): %d != %d (%s)\n",
+                                        shape[0], shape[1], shape[2], shape[3], origin[0], origin[1], origin[2],
+                                        origin[3], region[0], region[1], region[2], region[3], x, y, z, c, got, want, mode);
+                                free(out);
+                                return 1;
+                            }
+                        }
+    } else if (rc == SV_ERR_CORRUPT && ref == NULL) {
+        ++*rejected;
+    } else {
+        fprintf(stderr, "decode failed: rc %d reason %d %s\n", rc, err.reason, err.message);
+        free(out);
+        return 1;
+    }
+    free(out);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    long iterations = argc > 1 ? atol(argv[1]) : 1000;
+    long boxes = 0, mutated_ok = 0, rejected = 0, unused = 0;
+    for (long it = 0; it < iterations; ++it) {
+        size_t shape[4] = {rnd_in(1, 70), rnd_in(1, 20), rnd_in(1, 12), rnd() & 1 ? 3 : 1};
+        size_t voxels = shape[0] * shape[1] * shape[2], c = shape[3];
+        unsigned width = (unsigned)shape[0];
+        if (rnd() % 5 == 0) /* another image width with the same area */
+            for (width = (unsigned)rnd_in(1, voxels); voxels % width; --width)
+                ;
+        uint8_t *pixels = malloc(voxels * c), *ref = malloc(voxels * c);
+        for (size_t i = 0; i < voxels * c; ++i) {
+            size_t x = i / c % shape[0], y = i / c / shape[0] % shape[1];
+            pixels[i] = (uint8_t)(128 + 60 * ((x / 5 + y / 3 + i % c) % 3) - 60 + rnd() % 24);
+        }
+        unsigned long len;
+        unsigned char *data = encode(pixels, width, (unsigned)(voxels / width), (int)c, &len);
+        reference(data, len, ref);
+        for (int k = 0; k < 12; ++k, ++boxes)
+            if (check_box(data, len, shape, ref, &unused, &unused)) return 1;
+        for (int m = 0; m < 20; ++m) {
+            size_t mlen = len;
+            int kind = (int)(rnd() % 4);
+            if (kind == 1) mlen = rnd_in(0, len);
+            if (kind == 2) mlen = len + rnd_in(1, 64);
+            unsigned char *bad = malloc(mlen ? mlen : 1);
+            memcpy(bad, data, mlen < len ? mlen : len);
+            for (size_t i = len; i < mlen; ++i) bad[i] = (unsigned char)rnd();
+            if (kind == 0)
+                for (int k = (int)rnd_in(1, 6); k > 0 && mlen; --k) bad[rnd() % mlen] ^= (unsigned char)(1u << (rnd() % 8));
+            if (kind == 3) /* forge bytes in the headers */
+                for (int k = (int)rnd_in(1, 3); k > 0; --k) bad[rnd() % (mlen < 400 ? mlen : 400)] = (unsigned char)rnd();
+            if (check_box(bad, mlen, shape, NULL, &mutated_ok, &rejected)) return 1;
+            free(bad);
+        }
+        free(data);
+        free(pixels);
+        free(ref);
+    }
+    printf("%ld chunks, %ld boxes exact; %ld mutated streams: %ld decoded, %ld rejected\n",
+           iterations, boxes, mutated_ok + rejected, mutated_ok, rejected);
+    return 0;
+}
