@@ -69,9 +69,12 @@ typedef struct {
  *
  * Returns SV_OK; SV_ERR_ARGUMENT (reason SV_JPEG_BAD_ARGUMENT); or
  * SV_ERR_CORRUPT with *err filled in (out may then be partly written).
- * Thread-safe: all state lives in the call. */
+ * `scratch` (may be NULL): `scratch_len` bytes the box is decoded into first,
+ * when it fits, then copied to `out` (faster when `out` is a view of a large
+ * array).  Thread-safe: all state lives in the call and `scratch`. */
 int sv_jpeg_decode_region(const uint8_t *data, size_t len, const size_t shape[4],
                           const size_t origin[4], const size_t region[4], uint8_t *out,
-                          const ptrdiff_t out_strides[4], sv_jpeg_error *err);
+                          const ptrdiff_t out_strides[4], uint8_t *scratch, size_t scratch_len,
+                          sv_jpeg_error *err);
 
 #endif

@@ -1,4 +1,6 @@
 """JPEG chunk decoding into strided boxes (C kernel in csrc/jpeg.c over libjpeg, GIL released)."""
+import threading
+
 import numpy as np
 cimport numpy as cnp
 from libc.stddef cimport ptrdiff_t
@@ -11,6 +13,14 @@ from shardvol.errors import ChunkDecodeError, InvalidArgumentError
 cnp.import_array()
 
 _UINT8 = np.dtype(np.uint8)
+_local = threading.local()  # each thread's staging buffer, grown to the largest box
+
+
+cdef object _scratch(size_t nbytes):
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.shape[0] < nbytes:
+        buf = _local.buf = np.empty(nbytes, np.uint8)
+    return buf
 
 
 def decode(data, shape, origin, cnp.ndarray out not None, str context="chunk"):
@@ -44,10 +54,18 @@ def decode(data, shape, origin, cnp.ndarray out not None, str context="chunk"):
     cdef const uint8_t *pdata = &buf[0] if buf.shape[0] else &empty
     cdef size_t nbytes = buf.shape[0]
     cdef uint8_t *pout = <uint8_t *>cnp.PyArray_DATA(out)
+    cdef cnp.ndarray scratch = None
+    cdef uint8_t *pscratch = NULL
+    cdef size_t scratch_len = 0
+    if not out.flags.f_contiguous:  # a view of a larger array: decode, then copy
+        scratch_len = out.size
+        scratch = _scratch(scratch_len)
+        pscratch = <uint8_t *>cnp.PyArray_DATA(scratch)
     cdef sv_jpeg_error err
     cdef int rc
     with nogil:
-        rc = sv_jpeg_decode_region(pdata, nbytes, full, start, region, pout, strides, &err)
+        rc = sv_jpeg_decode_region(pdata, nbytes, full, start, region, pout, strides, pscratch,
+                                   scratch_len, &err)
     if rc == SV_OK:
         return
     if err.reason == SV_JPEG_BAD_ARGUMENT:

@@ -20,4 +20,5 @@ cdef extern from "jpeg.h" nogil:
 
     int sv_jpeg_decode_region(const uint8_t *data, size_t len, const size_t shape[4],
                               const size_t origin[4], const size_t region[4], uint8_t *out,
-                              const ptrdiff_t out_strides[4], sv_jpeg_error *err)
+                              const ptrdiff_t out_strides[4], uint8_t *scratch,
+                              size_t scratch_len, sv_jpeg_error *err)
