@@ -198,13 +198,14 @@ int sv_cseg_decode(const uint8_t *data, size_t len, size_t label_bytes, const si
                    sv_cseg_error *err) {
     const size_t origin[4] = {0, 0, 0, 0};
     return sv_cseg_decode_region(data, len, label_bytes, shape, block_shape, origin, shape, out,
-                                 out_strides, err);
+                                 out_strides, NULL, 0, err);
 }
 
 int sv_cseg_decode_region(const uint8_t *data, size_t len, size_t label_bytes,
                           const size_t shape[4], const size_t block_shape[3],
                           const size_t origin[4], const size_t region[4], void *out,
-                          const ptrdiff_t out_strides[4], sv_cseg_error *err) {
+                          const ptrdiff_t out_strides[4], void *scratch, size_t scratch_len,
+                          sv_cseg_error *err) {
     geometry g;
     set_error(err, SV_CSEG_NO_ERROR, 0, NULL, 0, 0);
     int region_ok = 1;
@@ -219,6 +220,10 @@ int sv_cseg_decode_region(const uint8_t *data, size_t len, size_t label_bytes,
         set_error(err, SV_CSEG_LENGTH_NOT_WORDS, 0, NULL, len, 0);
         return SV_ERR_CORRUPT;
     }
+    /* staging needs a layer of blocks of the region: region x * region y * block z labels */
+    if (scratch != NULL && scratch_len / label_bytes / block_shape[2] / (region[0] ? region[0] : 1) /
+                                   (region[1] ? region[1] : 1) == 0)
+        scratch = NULL;
     const size_t nwords = len / 4;
     const size_t channels = shape[3];
     if (nwords < channels) {
@@ -239,10 +244,10 @@ int sv_cseg_decode_region(const uint8_t *data, size_t len, size_t label_bytes,
         int rc;
         if (label_bytes == 4)
             rc = decode_channel_u32(data + 4 * off, nwords - off, &g, origin, rn,
-                                    (uint32_t *)out + cpos, out_strides, c, err);
+                                    (uint32_t *)out + cpos, out_strides, scratch, c, err);
         else
             rc = decode_channel_u64(data + 4 * off, nwords - off, &g, origin, rn,
-                                    (uint64_t *)out + cpos, out_strides, c, err);
+                                    (uint64_t *)out + cpos, out_strides, scratch, c, err);
         if (rc != SV_OK) return rc;
     }
     return SV_OK;

@@ -83,11 +83,16 @@ int sv_cseg_decode(const uint8_t *data, size_t len, size_t label_bytes, const si
  * channel) into `out`, whose element (0, 0, 0, 0) is the voxel at `origin`.
  * Every channel offset and block header is checked as by sv_cseg_decode, but
  * only the blocks that meet the region are decoded (so only their table
- * indexes are checked).  SV_ERR_ARGUMENT if the region is not inside shape. */
+ * indexes are checked).  SV_ERR_ARGUMENT if the region is not inside shape.
+ * `scratch` (may be NULL): `scratch_len` bytes; when they hold region[0] *
+ * region[1] * block_shape[2] labels, each layer of blocks is decoded there
+ * first and then copied to `out` row by row (faster when `out` is a view of
+ * a large array: writes then go to it in order). */
 int sv_cseg_decode_region(const uint8_t *data, size_t len, size_t label_bytes,
                           const size_t shape[4], const size_t block_shape[3],
                           const size_t origin[4], const size_t region[4], void *out,
-                          const ptrdiff_t out_strides[4], sv_cseg_error *err);
+                          const ptrdiff_t out_strides[4], void *scratch, size_t scratch_len,
+                          sv_cseg_error *err);
 /* Encode the volume at `in` (addressed like `out` above).  On success *out
  * points to *out_len bytes allocated with malloc (release with sv_cseg_free).
  * Returns SV_ERR_NOMEM, SV_ERR_OVERFLOW (a chunk too large for the format's

@@ -129,16 +129,43 @@ static int FN(block_checked)(LABEL_T *out, const ptrdiff_t st[3], const size_t o
  * from the channel's start to the end of the buffer; `out` points at the
  * channel's voxel ro.  Every block header is checked, also those of blocks
  * outside the region (rn may be all zero: check only). */
+/* Copy a layer of rn[0] x rn[1] x nz labels, packed at `src`, to `out` (strides `st`). */
+static void FN(copy_layer)(const LABEL_T *src, const size_t rn[3], size_t nz, LABEL_T *out,
+                           const ptrdiff_t st[3]) {
+    for (size_t z = 0; z < nz; ++z)
+        for (size_t y = 0; y < rn[1]; ++y, src += rn[0]) {
+            LABEL_T *o = out + (ptrdiff_t)z * st[2] + (ptrdiff_t)y * st[1];
+            if (st[0] == 1) {
+                memcpy(o, src, rn[0] * sizeof(LABEL_T));
+            } else {
+                for (size_t x = 0; x < rn[0]; ++x) o[(ptrdiff_t)x * st[0]] = src[x];
+            }
+        }
+}
+
+/* Decode the region [ro, ro + rn) of one channel into `out` (strides `out_st`).  With
+ * `scratch` (room for rn[0] * rn[1] * bs[2] labels) each layer of blocks is decoded into
+ * it first and then copied out row by row. */
 static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *g,
                               const size_t ro[3], const size_t rn[3], LABEL_T *out,
-                              const ptrdiff_t st[3], size_t channel, sv_cseg_error *err) {
+                              const ptrdiff_t out_st[3], LABEL_T *scratch, size_t channel,
+                              sv_cseg_error *err) {
     const size_t wpl = sizeof(LABEL_T) / 4;
     if (g->nblocks > nwords / 2) {
         set_error(err, SV_CSEG_BLOCK_HEADERS, channel, NULL, 2 * (uint64_t)g->nblocks, nwords);
         return SV_ERR_TRUNCATED;
     }
     size_t blk[3];
-    for (blk[2] = 0; blk[2] < g->grid[2]; ++blk[2])
+    for (blk[2] = 0; blk[2] < g->grid[2]; ++blk[2]) {
+        /* the region's z planes in this layer of blocks: [zlo, zhi) */
+        const size_t zpos = blk[2] * g->bs[2];
+        const size_t zlo = zpos > ro[2] ? zpos : ro[2];
+        const size_t zhi = min_size(zpos + min_size(g->bs[2], g->shape[2] - zpos), ro[2] + rn[2]);
+        const int staged = scratch != NULL && zlo < zhi && rn[0] > 0 && rn[1] > 0;
+        const ptrdiff_t scratch_st[3] = {1, (ptrdiff_t)rn[0], (ptrdiff_t)(rn[0] * rn[1])};
+        const ptrdiff_t *st = staged ? scratch_st : out_st;
+        LABEL_T *const base = staged ? scratch : out;
+        const size_t zorigin = staged ? zlo : ro[2];
         for (blk[1] = 0; blk[1] < g->grid[1]; ++blk[1])
             for (blk[0] = 0; blk[0] < g->grid[0]; ++blk[0]) {
                 const uint8_t *hdr = ch + 8 * (blk[0] + g->grid[0] * (blk[1] + g->grid[1] * blk[2]));
@@ -163,7 +190,7 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
                 const uint8_t *enc = ch + 4 * voff;
                 const uint8_t *tab = ch + 4 * toff;
                 size_t o[3], a[3]; /* the region's part of the block: voxels [o, o + a) */
-                LABEL_T *bout = out;
+                LABEL_T *bout = base;
                 int inside = 1;
                 for (int d = 0; d < 3; ++d) {
                     const size_t pos = blk[d] * g->bs[d];
@@ -176,7 +203,7 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
                     }
                     o[d] = lo - pos;
                     a[d] = hi - lo;
-                    bout += (ptrdiff_t)(lo - ro[d]) * st[d];
+                    bout += (ptrdiff_t)(lo - (d == 2 ? zorigin : ro[d])) * st[d];
                 }
                 if (!inside) continue;
                 if (bits == 0) {
@@ -196,6 +223,10 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
                     }
                 }
             }
+        if (staged)
+            FN(copy_layer)(scratch, rn, zhi - zlo, out + (ptrdiff_t)(zlo - ro[2]) * out_st[2],
+                           out_st);
+    }
     return SV_OK;
 }
 

@@ -1,4 +1,6 @@
 """compressed_segmentation encode/decode (C kernels in csrc/cseg.c, GIL released)."""
+import threading
+
 import numpy as np
 cimport numpy as cnp
 from libc.stddef cimport ptrdiff_t
@@ -64,6 +66,16 @@ def _decode_message(sv_cseg_error err, size_t nbytes):
     return f"corrupt data (reason {r})"
 
 
+_local = threading.local()  # each thread's staging buffer, grown to the largest layer
+
+
+cdef object _scratch(size_t nbytes):
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.shape[0] < nbytes:
+        buf = _local.buf = np.empty(nbytes, np.uint8)
+    return buf
+
+
 def decode(data, block_size, cnp.ndarray out not None, str context="", shape=None,
            origin=None):
     """Decode compressed_segmentation ``data`` into ``out``, a 4-D (x, y, z, channel)
@@ -96,11 +108,18 @@ def decode(data, block_size, cnp.ndarray out not None, str context="", shape=Non
     cdef size_t nbytes = buf.shape[0]
     cdef size_t label_bytes = out.itemsize
     cdef void *pout = cnp.PyArray_DATA(out)
+    cdef cnp.ndarray scratch
+    cdef void *pscratch = NULL
+    cdef size_t scratch_len = 0
+    if not out.flags.f_contiguous:  # a view of a larger array: stage each layer of blocks
+        scratch_len = region[0] * region[1] * block[2] * label_bytes
+        scratch = _scratch(scratch_len)
+        pscratch = cnp.PyArray_DATA(scratch)
     cdef sv_cseg_error err
     cdef int rc
     with nogil:
         rc = sv_cseg_decode_region(pdata, nbytes, label_bytes, full, block, start, region, pout,
-                                   strides, &err)
+                                   strides, pscratch, scratch_len, &err)
     if rc == SV_OK:
         return
     if rc == SV_ERR_ARGUMENT:

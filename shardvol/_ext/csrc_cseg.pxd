@@ -30,7 +30,8 @@ cdef extern from "cseg.h" nogil:
     int sv_cseg_decode_region(const uint8_t *data, size_t len, size_t label_bytes,
                               const size_t shape[4], const size_t block_shape[3],
                               const size_t origin[4], const size_t region[4], void *out,
-                              const ptrdiff_t out_strides[4], sv_cseg_error *err)
+                              const ptrdiff_t out_strides[4], void *scratch,
+                              size_t scratch_len, sv_cseg_error *err)
     int sv_cseg_encode(const void *input, size_t label_bytes, const size_t shape[4],
                        const ptrdiff_t in_strides[4], const size_t block_shape[3], uint8_t **out,
                        size_t *out_len, sv_cseg_error *err)
