@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from shardvol._parallel import WorkEstimate, default_parallel, run_parallel
-from shardvol.chunkstore import ChunkCoord, ChunkStore
+from shardvol.chunkstore import ChunkCoord, ChunkRead, ChunkStore
 from shardvol.errors import InvalidArgumentError, MissingChunkError
 from shardvol.grid import ChunkGrid
 from shardvol.indexing import (
@@ -41,6 +41,9 @@ _MAX_BATCH = 64
 _BATCHES_PER_THREAD = 8  # enough for the threads to finish together
 _MAX_WRITERS = 8
 _WRITE_BUFFER_BYTES = 64 << 20
+#: reads of at most this many chunks (about a 100^3 box of 64^3 chunks, with room) are
+#: fetched whole before decoding (their encoded bytes are then held at once)
+_FETCH_FIRST_CHUNKS = 64
 
 
 class ChunkCodec(Protocol):
@@ -126,10 +129,14 @@ class ChunkedArray:
         Each batch streams its chunks, decoding each as soon as it is read (a hand-off
         to another thread costs more than decoding a chunk still in the CPU cache).
         Reads expected to take less than a few milliseconds (from the time chunks
-        of this array took so far) run in the caller's thread only.
+        of this array took so far) run in the caller's thread only.  Reads of a few
+        chunks are fetched first and then decoded in parallel (see _fetch_then_decode).
         """
         by_coord = {p.coord: p for p in parts}
         threads = self._read_work.threads(len(by_coord), self._threads())
+        if threads > 1 and len(by_coord) <= _FETCH_FIRST_CHUNKS:
+            self._fetch_then_decode(by_coord, out, threads)
+            return
 
         def fetch_and_decode(batch: list[ChunkCoord]) -> None:
             start = time.perf_counter()
@@ -141,6 +148,34 @@ class ChunkedArray:
             self._read_work.record(time.perf_counter() - start, len(batch))
 
         run_parallel(fetch_and_decode, self._batches(list(by_coord), threads), threads)
+
+    def _fetch_then_decode(
+        self, by_coord: dict[ChunkCoord, ChunkPart], out: np.ndarray, threads: int
+    ) -> None:
+        """Read every chunk in this thread (one batched request per storage unit), then
+        decode them on ``threads`` threads, a chunk at a time.
+
+        For small reads: batches that each fetch then decode leave the threads locating
+        and requesting their chunks at the same time, which is Python work that holds
+        the GIL, while here the threads only wait on each other for decoding, which
+        releases it."""
+        start = time.perf_counter()
+        coords = list(by_coord)
+        if self.direct is not None:
+            coords = [p.coord for p in self.direct.read_into(list(by_coord.values()), out)]
+        stored = list(self.store.iter_stored(coords))
+        spent = [time.perf_counter() - start]
+
+        def decode(item: ChunkRead) -> None:
+            t = time.perf_counter()
+            coord, blob, name = item
+            if blob is not None:
+                blob = self.store.unwrap(blob, name)
+            self._decode_part(by_coord[coord], blob, name, out)
+            spent.append(time.perf_counter() - t)
+
+        run_parallel(decode, stored, threads)
+        self._read_work.record(sum(spent), len(by_coord))
 
     def _batches(self, coords: list[ChunkCoord], threads: int) -> list[list[ChunkCoord]]:
         """Coordinates grouped by storage unit, small units combined up to a batch size.

@@ -58,10 +58,19 @@ class ShardedChunkStore(ChunkStore):
 
     def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
         """Values are decoded (gunzipped) one at a time, as the caller takes them."""
+        return self._iter(coords, decode=True)
+
+    def iter_stored(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
+        return self._iter(coords, decode=False)
+
+    def unwrap(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
+        return self.reader.decode_value(stored, name)
+
+    def _iter(self, coords: Sequence[ChunkCoord], decode: bool) -> Iterator[ChunkRead]:
         codes = self.codes(coords)
         index = {k: i for i, k in enumerate(codes.tolist())}
         names = self._names(coords, codes)
-        for key, blob in self.reader.iter_data_many(codes):
+        for key, blob in self.reader.iter_data_many(codes, decode=decode):
             i = index.pop(key)
             yield coords[i], blob, names[i]
         for i in index.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 
 import numpy as np
 import pytest
@@ -321,6 +322,28 @@ def test_corrupt_inputs_name_the_culprit(tmp_path):
         Volume(str(tmp_path / "bad"))
     with pytest.raises(InfoError, match="no 'info' file"):
         Volume(str(tmp_path / "nothing"))
+
+
+@pytest.mark.parametrize("parallel", [1, 2])  # batches that fetch and decode; fetch, then decode
+def test_corrupt_gzip_shard_value_names_the_chunk(tmp_path, parallel):
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+            "minishard_bits": 1, "shard_bits": 0, "minishard_index_encoding": "gzip",
+            "data_encoding": "gzip"}
+    vol = Volume.create(str(tmp_path), size=(8, 8, 8), chunk_size=(4, 4, 4), sharding=spec)
+    vol[...] = np.arange(512, dtype=np.uint8).reshape(8, 8, 8, 1)
+    store = vol.chunked_array.store
+    code = int(store.codes([(1, 0, 0, 0)])[0])
+    name, start, size = store.reader.exists(code, return_byte_range=True)
+    shard = tmp_path / "1_1_1" / name
+    data = bytearray(shard.read_bytes())
+    data[start + size - 8] ^= 0xFF  # the value's CRC32: the deflate stream itself still decodes
+    shard.write_bytes(bytes(data))
+    vol = Volume(str(tmp_path), parallel=parallel)
+    np.testing.assert_array_equal(vol[0:4, 0:4, 0:4, 0], np.arange(512).reshape(8, 8, 8)[:4, :4, :4])
+    with pytest.raises(ShardFormatError, match="corrupt gzip") as e:
+        vol[2:6, 0:4, 0:4]
+    assert re.search(rf"0\.shard: minishard 1: data of key {code}|id {code}\) in .*0\.shard",
+                     str(e.value))
 
 
 def _write_region(path: str, x0: int, value: int, repeats: int) -> None:

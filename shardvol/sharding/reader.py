@@ -181,7 +181,7 @@ class ShardReader:
         raise self._conflict(keys)
 
     def iter_data_many(
-        self, keys: Iterable[int] | np.ndarray
+        self, keys: Iterable[int] | np.ndarray, decode: bool = True
     ) -> Iterator[tuple[int, bytes | memoryview]]:
         """``(key, value)`` for the keys that are present, values decoded one at a time.
 
@@ -189,9 +189,10 @@ class ShardReader:
         hold about ``max_read`` bytes of the shard files at a time, and decode values
         still in the CPU cache.  With raw data encoding the values are read-only views
         of the bytes read (no copy).  Values come in file order, not key order.
+        ``decode=False``: values as stored, for :meth:`decode_value` (on other threads).
         """
         pending = as_keys(keys)
-        gzip = self.spec.data_encoding == "gzip"
+        gzip = decode and self.spec.data_encoding == "gzip"
         for _ in range(_ATTEMPTS):
             done: list[int] = []
             try:
@@ -206,6 +207,13 @@ class ShardReader:
                 self._retry_or_raise(pending, e)
                 pending = np.setdiff1d(pending, np.array(done, dtype=np.uint64))
         raise self._conflict(pending)
+
+    def decode_value(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
+        """A value as :meth:`iter_data_many` gives it with ``decode=False``, decoded
+        (gunzipped with gzip data encoding; ShardFormatError naming ``name``)."""
+        if self.spec.data_encoding == "gzip":
+            return gzip_decompress(stored, name, ShardFormatError)
+        return stored
 
     def _locate_retrying(self, keys: np.ndarray) -> _Located:
         """:meth:`_locate`, read again while shard files change under it."""
