@@ -1,6 +1,4 @@
 """JPEG chunk decoding into strided boxes (C kernel in csrc/jpeg.c over libjpeg, GIL released)."""
-import threading
-
 import numpy as np
 cimport numpy as cnp
 from libc.stddef cimport ptrdiff_t
@@ -8,19 +6,12 @@ from libc.stdint cimport uint8_t
 
 from shardvol._ext.csrc cimport SV_OK
 from shardvol._ext.csrc_jpeg cimport *
+from shardvol._ext.staging import staging_buffer
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError
 
 cnp.import_array()
 
 _UINT8 = np.dtype(np.uint8)
-_local = threading.local()  # each thread's staging buffer, grown to the largest box
-
-
-cdef object _scratch(size_t nbytes):
-    buf = getattr(_local, "buf", None)
-    if buf is None or buf.shape[0] < nbytes:
-        buf = _local.buf = np.empty(nbytes, np.uint8)
-    return buf
 
 
 def decode(data, shape, origin, cnp.ndarray out not None, str context="chunk"):
@@ -59,7 +50,7 @@ def decode(data, shape, origin, cnp.ndarray out not None, str context="chunk"):
     cdef size_t scratch_len = 0
     if not out.flags.f_contiguous:  # a view of a larger array: decode, then copy
         scratch_len = out.size
-        scratch = _scratch(scratch_len)
+        scratch = staging_buffer(scratch_len)
         pscratch = <uint8_t *>cnp.PyArray_DATA(scratch)
     cdef sv_jpeg_error err
     cdef int rc

@@ -1,6 +1,4 @@
 """compressed_segmentation encode/decode (C kernels in csrc/cseg.c, GIL released)."""
-import threading
-
 import numpy as np
 cimport numpy as cnp
 from libc.stddef cimport ptrdiff_t
@@ -8,6 +6,7 @@ from libc.stdint cimport uint8_t
 
 from shardvol._ext.csrc cimport SV_OK, SV_ERR_NOMEM, SV_ERR_ARGUMENT
 from shardvol._ext.csrc_cseg cimport *
+from shardvol._ext.staging import staging_buffer
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError, InvalidArgumentError
 
 cnp.import_array()
@@ -66,16 +65,6 @@ def _decode_message(sv_cseg_error err, size_t nbytes):
     return f"corrupt data (reason {r})"
 
 
-_local = threading.local()  # each thread's staging buffer, grown to the largest layer
-
-
-cdef object _scratch(size_t nbytes):
-    buf = getattr(_local, "buf", None)
-    if buf is None or buf.shape[0] < nbytes:
-        buf = _local.buf = np.empty(nbytes, np.uint8)
-    return buf
-
-
 def decode(data, block_size, cnp.ndarray out not None, str context="", shape=None,
            origin=None):
     """Decode compressed_segmentation ``data`` into ``out``, a 4-D (x, y, z, channel)
@@ -113,7 +102,7 @@ def decode(data, block_size, cnp.ndarray out not None, str context="", shape=Non
     cdef size_t scratch_len = 0
     if not out.flags.f_contiguous:  # a view of a larger array: stage each layer of blocks
         scratch_len = region[0] * region[1] * block[2] * label_bytes
-        scratch = _scratch(scratch_len)
+        scratch = staging_buffer(scratch_len)
         pscratch = cnp.PyArray_DATA(scratch)
     cdef sv_cseg_error err
     cdef int rc

@@ -16,19 +16,11 @@
 #include <string.h>
 
 #include "cseg.h"
+#include "fuzz_rng.h"
 
-static uint64_t rng_state = 0x853c49e6748fea9bull;
-
-static uint64_t rnd(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static size_t rnd_in(size_t lo, size_t hi) { return lo + (size_t)(rnd() % (hi - lo + 1)); }
 
 int main(int argc, char **argv) {
+    rng_state = 0x853c49e6748fea9bull;
     long iterations = argc > 1 ? atol(argv[1]) : 100000;
     long decoded = 0, rejected = 0;
     for (long it = 0; it < iterations;) {

@@ -21,17 +21,8 @@
 #include <jpeglib.h>
 
 #include "jpeg.h"
+#include "fuzz_rng.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static size_t rnd_in(size_t lo, size_t hi) { return lo + (size_t)(rnd() % (hi - lo + 1)); }
 
 static char mode[200]; /* how the current chunk was encoded, for failure reports */
 
@@ -180,6 +171,7 @@ static int check_box(const unsigned char *data, size_t len, const size_t shape[4
 }
 
 int main(int argc, char **argv) {
+    rng_state = 0x9e3779b97f4a7c15ull;
     long iterations = argc > 1 ? atol(argv[1]) : 1000;
     long boxes = 0, mutated_ok = 0, rejected = 0, unused = 0;
     for (long it = 0; it < iterations; ++it) {
