@@ -136,10 +136,9 @@ class FileStore(KVStore):
     def set(self, key: str, value: bytes) -> None:
         path = self._path(key)
         directory, name = os.path.split(path)
-        os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f"{_TMP}{name}.{uuid.uuid4().hex}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            fd = _create(tmp, directory)
             try:
                 view = memoryview(value).cast("B")
                 while view:
@@ -224,6 +223,17 @@ def _lock_offset(name: str) -> int:
     """The byte of the directory's lock file that stands for ``name`` (a 62-bit hash)."""
     digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 2
+
+
+def _create(path: str, directory: str) -> int:
+    """A new file opened for writing; its directory is made only when missing (the
+    common case, an existing directory, costs no extra system call)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return os.open(path, flags, 0o666)
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        return os.open(path, flags, 0o666)
 
 
 def _pread_all(fd: int, length: int, offset: int, key: str) -> bytes:
