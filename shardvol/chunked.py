@@ -41,9 +41,10 @@ _MAX_BATCH = 64
 _BATCHES_PER_THREAD = 8  # enough for the threads to finish together
 _MAX_WRITERS = 8
 _WRITE_BUFFER_BYTES = 64 << 20
-#: reads of at most this many chunks (about a 100^3 box of 64^3 chunks, with room) are
-#: fetched whole before decoding (their encoded bytes are then held at once)
+#: reads of at most this many chunks (about a 100^3 box of 64^3 chunks, with room) and
+#: decoded bytes are fetched whole before decoding (their encoded bytes are held at once)
 _FETCH_FIRST_CHUNKS = 64
+_FETCH_FIRST_BYTES = 64 << 20
 
 
 class ChunkCodec(Protocol):
@@ -134,7 +135,9 @@ class ChunkedArray:
         """
         by_coord = {p.coord: p for p in parts}
         threads = self._read_work.threads(len(by_coord), self._threads())
-        if threads > 1 and len(by_coord) <= _FETCH_FIRST_CHUNKS:
+        chunk_bytes = math.prod(self.grid.chunk_shape) * self.dtype.itemsize
+        n = len(by_coord)
+        if threads > 1 and n <= _FETCH_FIRST_CHUNKS and n * chunk_bytes <= _FETCH_FIRST_BYTES:
             self._fetch_then_decode(by_coord, out, threads)
             return
 
