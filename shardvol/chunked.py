@@ -3,7 +3,9 @@
 Reads: selection -> chunk parts -> batches (grouped by storage unit) -> each
 batch streamed by one ``iter_chunks`` call, in parallel threads, every chunk
 decoded as it arrives, straight into the output (only the selected box of a
-partially selected chunk, when the codec can).
+partially selected chunk, when the codec can).  Small reads are fetched in one
+go and then decoded in parallel; a ``direct`` reader (raw chunk files) takes
+what it can before either.
 
 Writes: storage units (chunk files or shards) are written concurrently, each
 once: its fully covered chunks are encoded without reading, then it is updated
@@ -41,8 +43,8 @@ _MAX_BATCH = 64
 _BATCHES_PER_THREAD = 8  # enough for the threads to finish together
 _MAX_WRITERS = 8
 _WRITE_BUFFER_BYTES = 64 << 20
-#: reads of at most this many chunks (about a 100^3 box of 64^3 chunks, with room) and
-#: decoded bytes are fetched whole before decoding (their encoded bytes are held at once)
+# Reads of at most this many chunks (a 100^3 box of 64^3 chunks touches up to 27) and of
+# decoded chunk bytes are fetched whole before decoding (their stored bytes held at once).
 _FETCH_FIRST_CHUNKS = 64
 _FETCH_FIRST_BYTES = 64 << 20
 
