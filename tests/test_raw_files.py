@@ -176,7 +176,7 @@ def test_c_kernel_checker(tmp_path):
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     subprocess.run([*cc, "-std=c99", "-O1", f"-I{root / 'csrc'}", str(root / "tests/c/fuzz_rawfile.c"),
                     str(root / "csrc/rawfile.c"), "-o", str(exe)], check=True)
-    run = subprocess.run([str(exe), "3000", str(tmp_path / "chunk")], capture_output=True,
+    run = subprocess.run([str(exe), "3000", str(tmp_path / "chunk")], capture_output=True, check=False,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     words = run.stdout.split()  # "<n> read, <m> left to the generic path"
