@@ -1,5 +1,7 @@
 #include "cseg.h"
 
+#include "copybox.h"
+
 #include <stdlib.h>
 #include <string.h>
 

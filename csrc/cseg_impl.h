@@ -129,20 +129,6 @@ static int FN(block_checked)(LABEL_T *out, const ptrdiff_t st[3], const size_t o
  * from the channel's start to the end of the buffer; `out` points at the
  * channel's voxel ro.  Every block header is checked, also those of blocks
  * outside the region (rn may be all zero: check only). */
-/* Copy a layer of rn[0] x rn[1] x nz labels, packed at `src`, to `out` (strides `st`). */
-static void FN(copy_layer)(const LABEL_T *src, const size_t rn[3], size_t nz, LABEL_T *out,
-                           const ptrdiff_t st[3]) {
-    for (size_t z = 0; z < nz; ++z)
-        for (size_t y = 0; y < rn[1]; ++y, src += rn[0]) {
-            LABEL_T *o = out + (ptrdiff_t)z * st[2] + (ptrdiff_t)y * st[1];
-            if (st[0] == 1) {
-                memcpy(o, src, rn[0] * sizeof(LABEL_T));
-            } else {
-                for (size_t x = 0; x < rn[0]; ++x) o[(ptrdiff_t)x * st[0]] = src[x];
-            }
-        }
-}
-
 /* Decode the region [ro, ro + rn) of one channel into `out` (strides `out_st`).  With
  * `scratch` (room for rn[0] * rn[1] * bs[2] labels) each layer of blocks is decoded into
  * it first and then copied out row by row. */
@@ -223,9 +209,14 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
                     }
                 }
             }
-        if (staged)
-            FN(copy_layer)(scratch, rn, zhi - zlo, out + (ptrdiff_t)(zlo - ro[2]) * out_st[2],
-                           out_st);
+        if (staged) {
+            const ptrdiff_t lb = (ptrdiff_t)sizeof(LABEL_T);
+            const ptrdiff_t from[4] = {lb, lb * scratch_st[1], lb * scratch_st[2], 0};
+            const ptrdiff_t to[4] = {lb * out_st[0], lb * out_st[1], lb * out_st[2], 0};
+            const size_t n[4] = {rn[0], rn[1], zhi - zlo, 1};
+            sv_copy_box((const uint8_t *)scratch, from,
+                        (uint8_t *)(out + (ptrdiff_t)(zlo - ro[2]) * out_st[2]), to, n, sizeof(LABEL_T));
+        }
     }
     return SV_OK;
 }

@@ -1,6 +1,8 @@
 /* JPEG chunk decoding into strided boxes; see jpeg.h. */
 #include "jpeg.h"
 
+#include "copybox.h"
+
 #include <limits.h>
 #include <setjmp.h>
 #include <stdio.h> /* jpeglib.h needs FILE */
@@ -304,23 +306,6 @@ static int bad_argument(sv_jpeg_error *err)
     return SV_ERR_ARGUMENT;
 }
 
-/* Copy a Fortran-order box of `n` extents from `src` to `out` (byte strides `s`). */
-static void copy_box(const uint8_t *src, const size_t n[4], uint8_t *out, const ptrdiff_t s[4])
-{
-    size_t x, y, z, c;
-    for (c = 0; c < n[3]; c++)
-        for (z = 0; z < n[2]; z++)
-            for (y = 0; y < n[1]; y++, src += n[0]) {
-                uint8_t *o = out + (ptrdiff_t)c * s[3] + (ptrdiff_t)z * s[2] + (ptrdiff_t)y * s[1];
-                if (s[0] == 1) {
-                    memcpy(o, src, n[0]);
-                } else {
-                    for (x = 0; x < n[0]; x++)
-                        o[(ptrdiff_t)x * s[0]] = src[x];
-                }
-            }
-}
-
 int sv_jpeg_decode_region(const uint8_t *data, size_t len, const size_t shape[4],
                           const size_t origin[4], const size_t region[4], uint8_t *out,
                           const ptrdiff_t out_strides[4], uint8_t *scratch, size_t scratch_len,
@@ -375,6 +360,6 @@ int sv_jpeg_decode_region(const uint8_t *data, size_t len, const size_t shape[4]
     rc = run(&d, data, len, &b, err);
     jpeg_destroy_decompress(&d.cinfo);
     if (rc == SV_OK && staged)
-        copy_box(scratch, region, out, out_strides);
+        sv_copy_box(scratch, b.s, out, out_strides, region, 1);
     return rc;
 }

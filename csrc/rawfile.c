@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "rawfile.h"
 
+#include "copybox.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -49,24 +51,6 @@ static int box_in_chunk(int64_t itemsize, const int64_t shape[4], const int64_t 
     return 1;
 }
 
-/* Copy the box from `src` (its first voxel; voxel (0, y, z, c) at y*s1 + z*s2 + c*s3). */
-static void copy_box(const uint8_t *src, int64_t itemsize, int64_t s1, int64_t s2, int64_t s3,
-                     const int64_t count[4], uint8_t *out, const int64_t os[4]) {
-    const int64_t row = count[0] * itemsize;
-    for (int64_t c = 0; c < count[3]; c++)
-        for (int64_t z = 0; z < count[2]; z++)
-            for (int64_t y = 0; y < count[1]; y++) {
-                const uint8_t *s = src + c * s3 + z * s2 + y * s1;
-                uint8_t *o = out + c * os[3] + z * os[2] + y * os[1];
-                if (os[0] == itemsize) {
-                    memcpy(o, s, (size_t)row);
-                } else {
-                    for (int64_t x = 0; x < count[0]; x++)
-                        memcpy(o + x * os[0], s + x * itemsize, (size_t)itemsize);
-                }
-            }
-}
-
 int sv_raw_read_box(const char *path, int64_t itemsize, const int64_t shape[4],
                     const int64_t origin[4], const int64_t count[4], uint8_t *out,
                     const int64_t out_strides[4], uint8_t *scratch, int64_t scratch_len,
@@ -110,8 +94,14 @@ int sv_raw_read_box(const char *path, int64_t itemsize, const int64_t shape[4],
     }
     close(fd);
     if (status == SV_OK && span > 0) {
-        const int64_t s1 = itemsize * shape[0], s2 = s1 * shape[1], s3 = s2 * shape[2];
-        copy_box(scratch, itemsize, s1, s2, s3, count, out, out_strides);
+        ptrdiff_t file_strides[4], out_st[4];
+        size_t n[4];
+        for (int d = 0; d < 4; d++) {
+            file_strides[d] = d ? file_strides[d - 1] * (ptrdiff_t)shape[d - 1] : (ptrdiff_t)itemsize;
+            out_st[d] = (ptrdiff_t)out_strides[d];
+            n[d] = (size_t)count[d];
+        }
+        sv_copy_box(scratch, file_strides, out, out_st, n, (size_t)itemsize);
     }
     return status;
 }
