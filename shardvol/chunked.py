@@ -219,7 +219,7 @@ class ChunkedArray:
         shape = self.encoded_shape(p.coord)
         if p.full and view.shape == shape:
             self.codec.decode(blob, shape, self.dtype, out=view, context=context)
-        elif self._decodes_regions and all(s.step == 1 for s in p.chunk_sel):
+        elif self._decodes_regions and p.is_box:
             self.codec.decode_region(  # type: ignore[attr-defined]
                 blob, shape, p.chunk_sel, view, context
             )

@@ -197,6 +197,11 @@ class ChunkPart:
     out_sel: tuple[slice, ...]
     full: bool  # every in-domain element of the chunk is selected, in order
 
+    @property
+    def is_box(self) -> bool:
+        """Whether the chunk side is a box (slices of step 1; the output side always is)."""
+        return all(s.step == 1 for s in self.chunk_sel)
+
 
 def chunk_parts(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> list[ChunkPart]:
     """Every chunk the selection touches, with chunk-side and output-side slices.

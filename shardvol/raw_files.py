@@ -47,7 +47,7 @@ class RawFileReader:
         direct: list[ChunkPart] = []
         left: list[ChunkPart] = []
         for p in parts:
-            (direct if _unit_steps(p) else left).append(p)
+            (direct if p.is_box else left).append(p)
         if not direct:
             return left
         rows = []
@@ -65,7 +65,3 @@ class RawFileReader:
         left.extend(p for p, s in zip(direct, status) if s != 0)
         return left
 
-
-def _unit_steps(p: ChunkPart) -> bool:
-    """Whether both sides of the part are boxes (slices of step 1 with both ends)."""
-    return all(s.step in (None, 1) and s.stop is not None for s in (*p.chunk_sel, *p.out_sel))
