@@ -264,10 +264,12 @@ def _check_shared_shards(vol: Volume, factor: Sequence[int], num_mips: int,
     """Refuse output sharding whose shards are not spatial blocks where writers could race.
 
     Tasks then share shards and merge into them under the shards' locks, which hold for
-    threads of one process and, on local files, across processes; an executor of other
-    processes or machines writing to a remote store could lose chunks.
+    threads of one process and, on local files and S3, across processes; an executor of
+    other processes or machines writing to another store could lose chunks.
     """
-    if not isinstance(sharding, dict) or executor is None or vol.store.local:
+    if not isinstance(sharding, dict) or executor is None:
+        return
+    if vol.store.local or vol.store.locks_across_processes:
         return
     spec = ShardingSpec.from_dict(sharding)
     chunk = list(chunk_size or vol.chunk_size)

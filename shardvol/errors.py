@@ -82,3 +82,15 @@ class AlreadyExistsError(ShardvolError, FileExistsError):
 
 class WriteConflictError(ShardvolError, RuntimeError):
     """Another writer changed a file between our read and our write."""
+
+
+class LockError(StoreError):
+    """A store lock could not be taken or was lost while held."""
+
+
+class LockTimeoutError(LockError, TimeoutError):
+    """A store lock stayed held by another writer for longer than the wait allowed."""
+
+
+class LockLostError(LockError):
+    """A lock's lease ran out or was taken over while held; writes under it are refused."""

@@ -21,6 +21,8 @@ from typing import Union
 from shardvol.errors import ByteRangeError, InvalidKeyError, ReadOnlyStoreError
 
 ByteRange = tuple[int, int | None]
+#: Names starting with this are shardvol's own (temporary files, locks): never listed.
+HIDDEN_PREFIX = ".shardvol-"
 Request = Union[str, tuple[str, ByteRange | None]]
 
 _io_pool: ThreadPoolExecutor | None = None
@@ -104,6 +106,8 @@ class KVStore(ABC):
     #: Reads are memory or page-cache copies (no network round trip): reading values one
     #: at a time, in the thread that uses them, is then cheaper than fanning out requests.
     local: bool = False
+    #: :meth:`lock` excludes other processes (and machines) too, not only this one's threads.
+    locks_across_processes: bool = False
 
     @abstractmethod
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:

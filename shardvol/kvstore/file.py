@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlparse
 
 from shardvol.errors import InvalidKeyError, StoreError
 from shardvol.kvstore.base import (
+    HIDDEN_PREFIX,
     ByteRange,
     KVStore,
     Request,
@@ -40,7 +41,6 @@ from shardvol.kvstore.base import (
     resolve_range,
 )
 
-HIDDEN_PREFIX = ".shardvol-"
 _TMP = HIDDEN_PREFIX + "tmp."
 _LOCK_FILE = HIDDEN_PREFIX + "locks"
 
@@ -59,6 +59,7 @@ class FileStore(KVStore):
     """Values as files below a root directory."""
 
     local = True
+    locks_across_processes = True
 
     def __init__(self, root: str, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.path.expanduser(path_from_url(root)))

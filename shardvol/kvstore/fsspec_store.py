@@ -3,42 +3,73 @@
 Ranged reads become HTTP ``Range`` requests (or the object store's equivalent);
 ``get_many`` issues them concurrently through fsspec's async machinery.
 Object stores replace whole objects on write, which is atomic per key.
-``lock(key)`` only orders writers inside this process (see KVStore.lock).
+``lock(key)`` holds across processes and machines on S3 (a lease object per key, see
+:mod:`shardvol.kvstore.lease`); on other protocols it orders writers inside this process
+only (see KVStore.lock).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 
 import fsspec
 
-from shardvol.errors import ByteRangeError, StoreError
+from shardvol.errors import ByteRangeError, LockLostError, StoreError
 from shardvol.kvstore.base import (
+    HIDDEN_PREFIX,
     ByteRange,
     KVStore,
     Request,
     check_key,
     check_prefix,
     normalize_request,
+    process_lock,
 )
+from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
 
 READ_ONLY_PROTOCOLS = {"http", "https"}
+S3_PROTOCOLS = {"s3", "s3a"}
 
 
-def _status(exc: BaseException) -> int | None:
-    status = getattr(exc, "status", None) or getattr(exc, "code", None)
-    return status if isinstance(status, int) else None
+def _status(exc: BaseException | None) -> int | None:
+    """The HTTP status behind an fsspec error, looking through the exceptions it chains
+    (s3fs turns botocore's errors into OSErrors)."""
+    while exc is not None:
+        status = getattr(exc, "status", None) or getattr(exc, "code", None)
+        if isinstance(status, int):
+            return status
+        response = getattr(exc, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(status, int):
+                return status
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 class FsspecStore(KVStore):
-    """Values as objects below an fsspec URL."""
+    """Values as objects below an fsspec URL.
 
-    def __init__(self, url: str, **storage_options) -> None:
+    ``lease_ttl`` and ``lock_timeout`` (seconds; None waits for ever) set the cross-process
+    locks of S3 stores: a crashed holder's lock is taken over after ``lease_ttl``.
+    """
+
+    def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
+                 **storage_options) -> None:
         self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
-        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
-        self.read_only = protocol in READ_ONLY_PROTOCOLS
+        protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
+        self.read_only = bool(protocols & READ_ONLY_PROTOCOLS)
         self.root = root.rstrip("/")
         self.url = url.rstrip("/")
+        self.lease_ttl, self.lock_timeout = lease_ttl, lock_timeout
+        self._objects: ConditionalObjects | None = None
+        if protocols & S3_PROTOCOLS:
+            from shardvol.kvstore.s3_conditional import S3ConditionalObjects
+
+            self._objects = S3ConditionalObjects(self.fs)
+        self.locks_across_processes = self._objects is not None
+        self._leases: dict[str, Lease] = {}
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{check_key(key)}"
@@ -95,8 +126,35 @@ class FsspecStore(KVStore):
             results = [FileNotFoundError()] * len(reqs)
         return [self._finish(k, r, res) for (k, r), res in zip(reqs, results)]
 
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        with process_lock(self.url, key):
+            if self._objects is None:
+                yield
+                return
+            lease = acquire(self._objects, lease_path(self._path(key)), self.lease_ttl,
+                            self.lock_timeout)
+            self._leases[key] = lease
+            finished = False
+            try:
+                yield
+                finished = True
+            finally:
+                del self._leases[key]
+                try:
+                    lease.release()
+                except LockLostError:
+                    if finished:  # else the body's own exception is the one to see
+                        raise
+
+    def _check_lease(self, key: str) -> None:
+        lease = self._leases.get(key)
+        if lease is not None:
+            lease.check()
+
     def set(self, key: str, value: bytes) -> None:
         self._require_writable(key)
+        self._check_lease(key)
         try:
             self.fs.pipe_file(self._path(key), bytes(value))
         except Exception as e:
@@ -104,6 +162,7 @@ class FsspecStore(KVStore):
 
     def delete(self, key: str) -> None:
         self._require_writable(key)
+        self._check_lease(key)
         try:
             self.fs.rm_file(self._path(key))
         except FileNotFoundError:
@@ -121,7 +180,8 @@ class FsspecStore(KVStore):
         keys = []
         for p in found:
             rel = p[len(strip) :] if p.startswith(strip) else None
-            if rel and rel.startswith(prefix):
+            hidden = rel and any(part.startswith(HIDDEN_PREFIX) for part in rel.split("/"))
+            if rel and rel.startswith(prefix) and not hidden:
                 keys.append(rel)
         return sorted(keys)
 

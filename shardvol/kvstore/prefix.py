@@ -24,6 +24,7 @@ class PrefixStore(KVStore):
         self.url = f"{base.url.rstrip('/')}/{self.prefix}"
         self.read_only = base.read_only
         self.local = base.local
+        self.locks_across_processes = base.locks_across_processes
 
     def _k(self, key: str) -> str:
         return join_key(self.prefix, check_key(key))

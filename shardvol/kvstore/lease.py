@@ -1,0 +1,153 @@
+"""Cross-process locks on object stores: one lease object per locked key.
+
+The lock on ``d/name`` is the object ``d/.shardvol-lock.name``, and whoever created it
+holds the lock.  The protocol needs three conditional operations of the store (S3 has
+them: ``If-None-Match: *`` on PUT, ``If-Match: <ETag>`` on PUT and DELETE):
+
+* **acquire**: create the lease object only if it is absent.  The body names the holder
+  (host, process, thread) and its lease time ``ttl``.
+* **renew**: while the lock is held, a thread rewrites the object every ``ttl / 3``, only
+  if it is still the version the holder wrote last.
+* **release**: delete the object, only if it is still the holder's version.
+* **stale leases**: a waiter that sees one version of the object for a whole ``ttl`` on its
+  own monotonic clock (no clock synchronisation needed) takes the holder for dead (crashed,
+  killed) and deletes exactly that version; then everybody competes to create it again.
+
+A holder that cannot renew for ``ttl / 2`` (the store unreachable), or whose lease was
+taken over, has lost the lock: :meth:`Lease.check`, which the store calls before every
+write and delete of the locked key, raises :class:`~shardvol.errors.LockLostError`, so the
+write is refused instead of racing the new holder.  Only a single request that is already
+under way when the lease runs out (``ttl / 2`` after the last renewal) can still race.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import threading
+import time
+from typing import Protocol
+
+from shardvol.errors import LockLostError, LockTimeoutError
+from shardvol.kvstore.base import HIDDEN_PREFIX
+
+LEASE_PREFIX = HIDDEN_PREFIX + "lock."
+
+
+class ConditionalObjects(Protocol):
+    """The conditional operations a lease needs, on full object paths.  Versions are the
+    store's opaque tokens (S3 ETags)."""
+
+    def create(self, path: str, body: bytes) -> str | None:
+        """Write ``body`` if ``path`` is absent; its version, or None if it exists."""
+
+    def replace(self, path: str, body: bytes, version: str) -> str | None:
+        """Overwrite ``path`` if it is at ``version``; the new version, or None if not."""
+
+    def current(self, path: str) -> tuple[str, bytes] | None:
+        """(version, body) of ``path``, or None if it is absent."""
+
+    def delete(self, path: str, version: str) -> bool:
+        """Delete ``path`` if it is at ``version``; whether it did."""
+
+
+def lease_path(path: str) -> str:
+    """The lease object of the object at ``path`` (a sibling with a hidden name)."""
+    head, _, name = path.rpartition("/")
+    return f"{head}/{LEASE_PREFIX}{name}" if head else LEASE_PREFIX + name
+
+
+class Lease:
+    """A held lock: renewed in the background until :meth:`release`."""
+
+    def __init__(self, ops: ConditionalObjects, path: str, body: bytes, version: str,
+                 ttl: float) -> None:
+        self.ops, self.path, self.ttl = ops, path, ttl
+        self._body, self._version = body, version
+        self._renewed = time.monotonic()
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                        name=f"shardvol-lease {path}")
+        self._thread.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                version = self.ops.replace(self.path, self._body, self._version)
+            except Exception:  # unreachable for now: check() fails once the lease is old
+                continue
+            if version is None:
+                self._lost = "another writer took the lease over"
+                return
+            self._version, self._renewed = version, time.monotonic()
+
+    def check(self) -> None:
+        """Raise LockLostError unless the lease is certainly still ours."""
+        age = time.monotonic() - self._renewed
+        if self._lost is None and age > self.ttl / 2:
+            self._lost = f"not renewed for {age:.1f} s (lease time {self.ttl:g} s)"
+        if self._lost is not None:
+            raise LockLostError(f"lock {self.path} lost: {self._lost}; write refused")
+
+    def release(self) -> None:
+        """Stop renewing and delete the lease object if it is still ours."""
+        self._stop.set()
+        self._thread.join()
+        if self._lost is None and not self.ops.delete(self.path, self._version):
+            self._lost = "another writer took the lease over"
+        if self._lost is not None:
+            raise LockLostError(
+                f"lock {self.path} lost while held: {self._lost}; a write made under it may "
+                "have raced with another writer"
+            )
+
+
+def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | None) -> Lease:
+    """Take the lease at ``path``, waiting for its holder (at most ``timeout`` seconds)."""
+    body = json.dumps({
+        "holder": f"{socket.gethostname()} pid {os.getpid()} thread {threading.get_ident()}",
+        "ttl": ttl, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }).encode()
+    start = time.monotonic()
+    seen: tuple[str, bytes] | None = None
+    seen_at = start
+    delay = 0.01
+    while True:
+        version = ops.create(path, body)
+        if version is not None:
+            return Lease(ops, path, body, version, ttl)
+        now = time.monotonic()
+        current = ops.current(path)
+        if current is None:  # released meanwhile
+            continue
+        if seen is None or current[0] != seen[0]:
+            seen, seen_at = current, now
+        elif now - seen_at >= _holder_ttl(current[1], ttl):
+            ops.delete(path, current[0])  # the holder stopped renewing: break its lease
+            seen = None
+            continue
+        if timeout is not None and now - start >= timeout:
+            raise LockTimeoutError(
+                f"lock {path} not acquired in {timeout:g} s: held by {_holder(current[1])}"
+            )
+        time.sleep(delay * random.uniform(0.5, 1.5))
+        delay = min(2 * delay, 0.5)
+
+
+def _holder_ttl(body: bytes, default: float) -> float:
+    """The lease time the holder declared (a stale lease is one not renewed in it)."""
+    try:
+        return max(float(json.loads(body)["ttl"]), default)
+    except (ValueError, KeyError, TypeError):
+        return default
+
+
+def _holder(body: bytes) -> str:
+    try:
+        doc = json.loads(body)
+        return f"{doc['holder']} since {doc['since']}"
+    except (ValueError, KeyError, TypeError):
+        return f"an unknown holder ({body[:80]!r})"

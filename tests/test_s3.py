@@ -1,0 +1,184 @@
+"""S3 through fsspec, against moto's S3 server: the store contract, and locks that hold
+across processes (lease objects with conditional writes) so concurrent writers of one
+shard never lose each other's chunks."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+
+import numpy as np
+import pytest
+
+from shardvol import Volume
+from shardvol.errors import LockLostError, LockTimeoutError
+from shardvol.kvstore.fsspec_store import FsspecStore
+from shardvol.kvstore.lease import lease_path
+
+from .s3_server import new_bucket, s3_server
+from .test_kvstore import StoreContract
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def bucket(s3):
+    return new_bucket()
+
+
+class TestS3Store(StoreContract):
+    @pytest.fixture
+    def pair(self, bucket):
+        s = FsspecStore(bucket + "/root")
+        return s, s
+
+
+def _raw(store: FsspecStore, key: str) -> bytes | None:
+    """An object's bytes, hidden or not, read with s3fs directly."""
+    path = f"{store.root}/{key}"
+    return store.fs.cat_file(path) if store.fs.exists(path) else None
+
+
+def _holder_object(store: FsspecStore, key: str, ttl: float) -> str:
+    """Create the lease object of ``key`` as a holder that then died would have left it."""
+    path = lease_path(store._path(key))
+    body = json.dumps({"holder": "host9 pid 1 thread 1", "ttl": ttl, "since": "2026-01-01"})
+    store.fs.pipe_file(path, body.encode())
+    return path
+
+
+def test_lock_leaves_no_object_and_hides_leases(bucket):
+    s = FsspecStore(bucket)
+    assert s.locks_across_processes
+    with s.lock("d/k"):
+        s.set("d/k", b"1")
+        assert s.fs.exists(lease_path(s._path("d/k")))
+        assert s.list() == ["d/k"]  # the lease object is not a key
+    assert not s.fs.exists(lease_path(s._path("d/k")))
+    assert sorted(s.fs.find(s.root)) == [f"{s.root}/d/k"]
+
+
+def test_lock_serialises_processes(bucket):
+    s = FsspecStore(bucket)
+    s.set("counter", b"0")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_increment, args=(bucket, 8)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    _increment(bucket, 8)
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert s.get("counter") == b"32"
+    assert s.list() == ["counter"]
+
+
+def _increment(url: str, n: int) -> None:
+    s = FsspecStore(url)
+    for _ in range(n):
+        with s.lock("counter"):
+            v = int(s.get("counter"))
+            time.sleep(0.005)  # widen the window a lost update would need
+            s.set("counter", str(v + 1).encode())
+
+
+def test_stale_lease_of_a_dead_holder_is_taken_over(bucket):
+    s = FsspecStore(bucket, lease_ttl=0.6)
+    _holder_object(s, "k", ttl=0.6)
+    t0 = time.monotonic()
+    with s.lock("k"):
+        s.set("k", b"mine")
+    waited = time.monotonic() - t0
+    assert 0.6 <= waited < 10
+    assert s.get("k") == b"mine"
+    assert not s.fs.exists(lease_path(s._path("k")))
+
+
+def test_live_holder_times_out_the_waiter_with_its_name(bucket):
+    s = FsspecStore(bucket, lease_ttl=30, lock_timeout=0.5)
+    _holder_object(s, "k", ttl=30)
+    with pytest.raises(LockTimeoutError, match=r"\.shardvol-lock\.k.*host9 pid 1"):
+        with s.lock("k"):
+            pytest.fail("lock taken from a live holder")
+
+
+def test_lease_taken_over_refuses_the_write(bucket):
+    s = FsspecStore(bucket, lease_ttl=0.6)
+    s.set("k", b"old")
+    with pytest.raises(LockLostError, match="took the lease over"):
+        with s.lock("k"):
+            _holder_object(s, "k", ttl=30)  # another writer's lease replaces ours
+            time.sleep(0.5)  # a renewal (every ttl/3) notices
+            s.set("k", b"new")
+    assert s.get("k") == b"old"
+    assert json.loads(_raw(s, lease_path("k")))["holder"] == "host9 pid 1 thread 1"  # kept
+
+
+def test_unrenewed_lease_refuses_the_write(bucket, monkeypatch):
+    s = FsspecStore(bucket, lease_ttl=0.6)
+    s.set("k", b"old")
+
+    def unreachable(*args):
+        raise ConnectionError("store unreachable")
+
+    with pytest.raises(LockLostError, match="not renewed"):
+        with s.lock("k"):
+            monkeypatch.setattr(s._objects, "replace", unreachable)
+            time.sleep(0.4)  # past ttl/2 without a renewal
+            s.set("k", b"new")
+    assert s.get("k") == b"old"
+
+
+def test_release_reports_a_lease_lost_after_the_last_write(bucket):
+    s = FsspecStore(bucket, lease_ttl=30)
+    with pytest.raises(LockLostError, match="may have raced"):
+        with s.lock("k"):
+            s.set("k", b"v")
+            _holder_object(s, "k", ttl=30)
+    assert s.get("k") == b"v"
+
+
+SHAPE, CHUNK = (64, 64, 32), (32, 32, 32)
+SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+        "minishard_bits": 1, "shard_bits": 0, "minishard_index_encoding": "gzip",
+        "data_encoding": "gzip"}
+
+
+def _box(worker: int, k: int) -> tuple[slice, ...]:
+    """Worker ``worker``'s k-th write: part of chunk (0, 0, 0) or (1, 1, 0), never a whole
+    chunk, so that every write is a read-modify-write of the one shard file."""
+    x0 = 8 * worker + 32 * (k % 2)
+    y0 = 4 * (k // 2) + 32 * (k % 2)
+    return slice(x0, x0 + 8), slice(y0, y0 + 4), slice(0, 32)
+
+
+def _write_boxes(url: str, worker: int, n: int) -> None:
+    vol = Volume(url)
+    for k in range(n):
+        vol[_box(worker, k)] = worker * 16 + k + 1
+
+
+def test_processes_writing_one_shard_lose_nothing(bucket):
+    url = bucket + "/vol"
+    Volume.create(url, type="segmentation", data_type="uint32", size=SHAPE, chunk_size=CHUNK,
+                  encoding="raw", sharding=SPEC)
+    n, workers = 8, 3
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_boxes, args=(url, w, n)) for w in range(1, workers)]
+    for p in procs:
+        p.start()
+    _write_boxes(url, 0, n)
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    model = np.zeros((*SHAPE, 1), np.uint32)
+    for w in range(workers):
+        for k in range(n):
+            model[_box(w, k)] = w * 16 + k + 1
+    vol = Volume(url)
+    assert np.array_equal(vol[...], model)
+    assert vol.store.list() == ["1_1_1/0.shard", "info"]
