@@ -131,6 +131,7 @@ def test_unrenewed_lease_refuses_the_write(bucket, monkeypatch):
             time.sleep(0.4)  # past ttl/2 without a renewal
             s.set("k", b"new")
     assert s.get("k") == b"old"
+    assert not s.fs.exists(lease_path(s._path("k")))  # still ours: deleted on release
 
 
 def test_release_reports_a_lease_lost_after_the_last_write(bucket):

@@ -93,10 +93,11 @@ class Lease:
             raise LockLostError(f"lock {self.path} lost: {self._lost}; write refused")
 
     def release(self) -> None:
-        """Stop renewing and delete the lease object if it is still ours."""
+        """Stop renewing and delete the lease object if it is still ours (also when it ran
+        out here: waiters need not wait for it to go stale)."""
         self._stop.set()
         self._thread.join()
-        if self._lost is None and not self.ops.delete(self.path, self._version):
+        if not self.ops.delete(self.path, self._version) and self._lost is None:
             self._lost = "another writer took the lease over"
         if self._lost is not None:
             raise LockLostError(
