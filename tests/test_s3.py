@@ -19,6 +19,7 @@ from shardvol.kvstore.lease import lease_path
 from .s3_server import new_bucket, s3_server
 from .test_kvstore import StoreContract
 
+
 @pytest.fixture(scope="module")
 def s3():
     with s3_server() as endpoint:
@@ -101,19 +102,17 @@ def test_stale_lease_of_a_dead_holder_is_taken_over(bucket):
 def test_live_holder_times_out_the_waiter_with_its_name(bucket):
     s = FsspecStore(bucket, lease_ttl=30, lock_timeout=0.5)
     _holder_object(s, "k", ttl=30)
-    with pytest.raises(LockTimeoutError, match=r"\.shardvol-lock\.k.*host9 pid 1"):
-        with s.lock("k"):
-            pytest.fail("lock taken from a live holder")
+    with pytest.raises(LockTimeoutError, match=r"\.shardvol-lock\.k.*host9 pid 1"), s.lock("k"):
+        pytest.fail("lock taken from a live holder")
 
 
 def test_lease_taken_over_refuses_the_write(bucket):
     s = FsspecStore(bucket, lease_ttl=0.6)
     s.set("k", b"old")
-    with pytest.raises(LockLostError, match="took the lease over"):
-        with s.lock("k"):
-            _holder_object(s, "k", ttl=30)  # another writer's lease replaces ours
-            time.sleep(0.5)  # a renewal (every ttl/3) notices
-            s.set("k", b"new")
+    with pytest.raises(LockLostError, match="took the lease over"), s.lock("k"):
+        _holder_object(s, "k", ttl=30)  # another writer's lease replaces ours
+        time.sleep(0.5)  # a renewal (every ttl/3) notices
+        s.set("k", b"new")
     assert s.get("k") == b"old"
     assert json.loads(_raw(s, lease_path("k")))["holder"] == "host9 pid 1 thread 1"  # kept
 
@@ -125,21 +124,19 @@ def test_unrenewed_lease_refuses_the_write(bucket, monkeypatch):
     def unreachable(*args):
         raise ConnectionError("store unreachable")
 
-    with pytest.raises(LockLostError, match="not renewed"):
-        with s.lock("k"):
-            monkeypatch.setattr(s._objects, "replace", unreachable)
-            time.sleep(0.4)  # past ttl/2 without a renewal
-            s.set("k", b"new")
+    with pytest.raises(LockLostError, match="not renewed"), s.lock("k"):
+        monkeypatch.setattr(s._objects, "replace", unreachable)
+        time.sleep(0.4)  # past ttl/2 without a renewal
+        s.set("k", b"new")
     assert s.get("k") == b"old"
     assert not s.fs.exists(lease_path(s._path("k")))  # still ours: deleted on release
 
 
 def test_release_reports_a_lease_lost_after_the_last_write(bucket):
     s = FsspecStore(bucket, lease_ttl=30)
-    with pytest.raises(LockLostError, match="may have raced"):
-        with s.lock("k"):
-            s.set("k", b"v")
-            _holder_object(s, "k", ttl=30)
+    with pytest.raises(LockLostError, match="may have raced"), s.lock("k"):
+        s.set("k", b"v")
+        _holder_object(s, "k", ttl=30)
     assert s.get("k") == b"v"
 
 
@@ -183,3 +180,28 @@ def test_processes_writing_one_shard_lose_nothing(bucket):
     vol = Volume(url)
     assert np.array_equal(vol[...], model)
     assert vol.store.list() == ["1_1_1/0.shard", "info"]
+
+
+BOXES = [(slice(0, 32), slice(0, 32), slice(0, 32)), (slice(32, 64), slice(32, 64), slice(0, 32))]
+
+
+def test_version_checks_let_a_reader_see_rewritten_shards(bucket):
+    """A reader whose store checks versions (ETags) drops cached shard indexes of files
+    rewritten by another writer; raw data encoding, so stale offsets would not fail."""
+    url = bucket + "/vol"
+    Volume.create(url, type="segmentation", data_type="uint32", size=SHAPE, chunk_size=CHUNK,
+                  encoding="raw", sharding={**SPEC, "data_encoding": "raw"})
+    rng = np.random.default_rng(0)
+    a = rng.integers(1, 2**32, (*SHAPE, 1), dtype=np.uint32)
+    Volume(url)[...] = a
+    store = FsspecStore(url, check_versions=True)
+    assert store.version("1_1_1/0.shard")[1] == store.size("1_1_1/0.shard")
+    assert store.version("1_1_1/nothing") == ()
+    reader = Volume(store)
+    for box in BOXES:  # shard and minishard indexes now cached
+        assert np.array_equal(reader[box], a[box])
+    Volume(url).delete(BOXES[0])  # another writer: the first chunk leaves the shard,
+    a[BOXES[0]] = 0  # so every other chunk moves
+    for box in BOXES:
+        assert np.array_equal(reader[box], a[box])
+    assert FsspecStore(url).version("1_1_1/0.shard") is None  # off by default

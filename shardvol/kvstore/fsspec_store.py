@@ -11,7 +11,7 @@ only (see KVStore.lock).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 
 import fsspec
 
@@ -29,6 +29,8 @@ from shardvol.kvstore.base import (
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
 
 READ_ONLY_PROTOCOLS = {"http", "https"}
+# what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)
+_VERSION_FIELDS = ("ETag", "generation", "etag", "mtime", "LastModified", "last_modified")
 S3_PROTOCOLS = {"s3", "s3a"}
 
 
@@ -53,10 +55,13 @@ class FsspecStore(KVStore):
 
     ``lease_ttl`` and ``lock_timeout`` (seconds; None waits for ever) set the cross-process
     locks of S3 stores: a crashed holder's lock is taken over after ``lease_ttl``.
+    ``check_versions``: :meth:`version` asks the store for each object's ETag (or
+    generation) with a metadata request, so shard readers notice files rewritten by other
+    writers (see ShardReader) at the cost of those requests; else it returns None.
     """
 
     def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
-                 **storage_options) -> None:
+                 check_versions: bool = False, **storage_options) -> None:
         self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
         self.read_only = bool(protocols & READ_ONLY_PROTOCOLS)
@@ -70,6 +75,7 @@ class FsspecStore(KVStore):
             self._objects = S3ConditionalObjects(self.fs)
         self.locks_across_processes = self._objects is not None
         self._leases: dict[str, Lease] = {}
+        self.check_versions = check_versions
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{check_key(key)}"
@@ -184,6 +190,21 @@ class FsspecStore(KVStore):
             if rel and rel.startswith(prefix) and not hidden:
                 keys.append(rel)
         return sorted(keys)
+
+    def version(self, key: str) -> Hashable | None:
+        """(ETag or generation, size) with ``check_versions``, () if absent; else None."""
+        if not self.check_versions:
+            return None
+        path = self._path(key)
+        self.fs.invalidate_cache(path)  # a listing's cached entry may be older
+        try:
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return ()
+        except Exception as e:
+            raise StoreError(f"cannot stat {key!r} in {self.url}: {e}") from e
+        token = next((info[k] for k in _VERSION_FIELDS if info.get(k) is not None), None)
+        return (str(token), info.get("size"))
 
     def size(self, key: str) -> int | None:
         try:
