@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterable, Iterator
 
 import fsspec
 
-from shardvol.errors import ByteRangeError, LockLostError, StoreError
+from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.base import (
     HIDDEN_PREFIX,
     ByteRange,
@@ -149,7 +149,7 @@ class FsspecStore(KVStore):
                 del self._leases[key]
                 try:
                     lease.release()
-                except LockLostError:
+                except StoreError:  # LockLostError, or the store unreachable
                     if finished:  # else the body's own exception is the one to see
                         raise
 
