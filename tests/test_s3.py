@@ -233,3 +233,28 @@ def test_processes_downsample_into_shared_hashed_shards(bucket, tmp_path):
     assert np.array_equal(got[...], want[...])
     shards = ["2_2_1/0.shard", "2_2_1/1.shard"]
     assert got.store.list("2_2_1/") == want.store.list("2_2_1/") == shards
+
+
+def test_a_renewing_holder_keeps_its_lock_past_the_lease_time(bucket):
+    """Renewals change the lease's ETag, so a waiter does not take a live holder for dead
+    however long it holds the lock (here 4 lease times)."""
+    s = FsspecStore(bucket, lease_ttl=0.5)
+    ctx = multiprocessing.get_context("spawn")
+    holder = ctx.Process(target=_hold, args=(bucket, 2.0))
+    holder.start()
+    deadline = time.monotonic() + 60
+    while s.get("k") != b"holding" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with s.lock("k"):
+        got = s.get("k")
+    holder.join(60)
+    assert holder.exitcode == 0
+    assert got == b"released"
+
+
+def _hold(url: str, seconds: float) -> None:
+    s = FsspecStore(url, lease_ttl=0.5)
+    with s.lock("k"):
+        s.set("k", b"holding")
+        time.sleep(seconds)
+        s.set("k", b"released")

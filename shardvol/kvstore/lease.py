@@ -7,7 +7,8 @@ them: ``If-None-Match: *`` on PUT, ``If-Match: <ETag>`` on PUT and DELETE):
 * **acquire**: create the lease object only if it is absent.  The body names the holder
   (host, process, thread) and its lease time ``ttl``.
 * **renew**: while the lock is held, a thread rewrites the object every ``ttl / 3``, only
-  if it is still the version the holder wrote last.
+  if it is still the version the holder wrote last.  Each renewal counts up in the body,
+  so the version changes (an S3 ETag is the MD5 of the bytes).
 * **release**: delete the object, only if it is still the holder's version.
 * **stale leases**: a waiter that sees one version of the object for a whole ``ttl`` on its
   own monotonic clock (no clock synchronisation needed) takes the holder for dead (crashed,
@@ -62,10 +63,10 @@ def lease_path(path: str) -> str:
 class Lease:
     """A held lock: renewed in the background until :meth:`release`."""
 
-    def __init__(self, ops: ConditionalObjects, path: str, body: bytes, version: str,
+    def __init__(self, ops: ConditionalObjects, path: str, doc: dict, version: str,
                  ttl: float) -> None:
         self.ops, self.path, self.ttl = ops, path, ttl
-        self._body, self._version = body, version
+        self._doc, self._version = doc, version
         self._renewed = time.monotonic()
         self._lost: str | None = None
         self._stop = threading.Event()
@@ -76,7 +77,8 @@ class Lease:
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl / 3):
             try:
-                version = self.ops.replace(self.path, self._body, self._version)
+                self._doc["renewal"] += 1
+                version = self.ops.replace(self.path, _encode(self._doc), self._version)
             except Exception:  # noqa: BLE001, S112 - any failure: the lease ages until check() refuses writes
                 continue
             if version is None:
@@ -108,10 +110,11 @@ class Lease:
 
 def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | None) -> Lease:
     """Take the lease at ``path``, waiting for its holder (at most ``timeout`` seconds)."""
-    body = json.dumps({
+    doc = {
         "holder": f"{socket.gethostname()} pid {os.getpid()} thread {threading.get_ident()}",
-        "ttl": ttl, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }).encode()
+        "ttl": ttl, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "renewal": 0,
+    }
+    body = _encode(doc)
     start = time.monotonic()
     seen: tuple[str, bytes] | None = None
     seen_at = start
@@ -119,7 +122,7 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
     while True:
         version = ops.create(path, body)
         if version is not None:
-            return Lease(ops, path, body, version, ttl)
+            return Lease(ops, path, doc, version, ttl)
         now = time.monotonic()
         current = ops.current(path)
         if current is None:  # released meanwhile
@@ -136,6 +139,10 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
             )
         time.sleep(delay * random.uniform(0.5, 1.5))
         delay = min(2 * delay, 0.5)
+
+
+def _encode(doc: dict) -> bytes:
+    return json.dumps(doc).encode()
 
 
 def _holder_ttl(body: bytes, default: float) -> float:
