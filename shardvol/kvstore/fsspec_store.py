@@ -195,25 +195,28 @@ class FsspecStore(KVStore):
         """(ETag or generation, size) with ``check_versions``, () if absent; else None."""
         if not self.check_versions:
             return None
-        path = self._path(key)
-        self.fs.invalidate_cache(path)  # a listing's cached entry may be older
-        try:
-            info = self.fs.info(path)
-        except FileNotFoundError:
+        info = self._info(key, fresh=True)
+        if info is None:
             return ()
-        except Exception as e:
-            raise StoreError(f"cannot stat {key!r} in {self.url}: {e}") from e
         token = next((info[k] for k in _VERSION_FIELDS if info.get(k) is not None), None)
         return (str(token), info.get("size"))
 
-    def size(self, key: str) -> int | None:
+    def _info(self, key: str, fresh: bool = False) -> dict | None:
+        """fsspec's metadata of ``key``'s object, None if absent; ``fresh``: not from the
+        filesystem's listing cache, which may be older."""
+        path = self._path(key)
+        if fresh:
+            self.fs.invalidate_cache(path)
         try:
-            info = self.fs.info(self._path(key))
+            return self.fs.info(path)
         except FileNotFoundError:
             return None
         except Exception as e:
             raise StoreError(f"cannot stat {key!r} in {self.url}: {e}") from e
-        if info.get("type") == "directory":
+
+    def size(self, key: str) -> int | None:
+        info = self._info(key)
+        if info is None or info.get("type") == "directory":
             return None
         size = info.get("size")
         if size is None:  # e.g. an HTTP server that sends no Content-Length

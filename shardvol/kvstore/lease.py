@@ -116,7 +116,7 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
     }
     body = _encode(doc)
     start = time.monotonic()
-    seen: tuple[str, bytes] | None = None
+    seen: str | None = None  # the version of the lease object last seen, since seen_at
     seen_at = start
     delay = 0.01
     while True:
@@ -127,8 +127,8 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
         current = ops.current(path)
         if current is None:  # released meanwhile
             continue
-        if seen is None or current[0] != seen[0]:
-            seen, seen_at = current, now
+        if current[0] != seen:
+            seen, seen_at = current[0], now
         elif now - seen_at >= _holder_ttl(current[1], ttl):
             ops.delete(path, current[0])  # the holder stopped renewing: break its lease
             seen = None
