@@ -94,3 +94,11 @@ class LockTimeoutError(LockError, TimeoutError):
 
 class LockLostError(LockError):
     """A lock's lease ran out or was taken over while held; writes under it are refused."""
+
+
+class VersionChangedError(StoreError):
+    """A conditional read found the value replaced since the version it was asked for."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key

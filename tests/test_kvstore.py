@@ -9,7 +9,13 @@ import uuid
 
 import pytest
 
-from shardvol.errors import ByteRangeError, InvalidKeyError, ReadOnlyStoreError, ShardvolError
+from shardvol.errors import (
+    ByteRangeError,
+    InvalidKeyError,
+    ReadOnlyStoreError,
+    ShardvolError,
+    VersionChangedError,
+)
 from shardvol.kvstore import FileStore, MemoryStore, open_store
 from shardvol.kvstore.fsspec_store import FsspecStore
 
@@ -95,6 +101,27 @@ class StoreContract:
         for bad in ["", "/abs", "a/../b", "a//b", "./a", ".."]:
             with pytest.raises(InvalidKeyError):
                 store.get(bad)
+
+    def test_versioned_reads(self, pair):
+        """Reads give version tokens; a read that requires a token refuses a value written
+        since, naming its key (stores that cannot tell give None and never refuse)."""
+        store, writer = pair
+        writer.set("v", VALUE)
+        [(data, token)] = store.get_many_versioned([("v", (10, 20))])
+        assert data == VALUE[10:20]
+        assert store.get_many_if([("v", (0, 5)), "v"], {"v": token}) == [VALUE[:5], VALUE]
+        assert store.get_many_versioned(["nope"])[0][0] is None
+        if token is None:
+            assert not store.versioned_reads and store.version("v") is None
+            return
+        writer.set("v", VALUE[::-1])
+        with pytest.raises(VersionChangedError) as e:
+            store.get_many_if([("v", (0, 5))], {"v": token})
+        assert e.value.key == "v"
+        assert store.get_many_if([("v", (0, 5))], {"v": None}) == [VALUE[-1:-6:-1]]
+        [(data, new)] = store.get_many_versioned(["v"])
+        assert data == VALUE[::-1] and new != token
+        assert store.get_many_if(["v"], {"v": new}) == [VALUE[::-1]]
 
     def test_concurrent_readers(self, pair):
         store, writer = pair

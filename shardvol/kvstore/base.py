@@ -14,11 +14,16 @@ import functools
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Union
 
-from shardvol.errors import ByteRangeError, InvalidKeyError, ReadOnlyStoreError
+from shardvol.errors import (
+    ByteRangeError,
+    InvalidKeyError,
+    ReadOnlyStoreError,
+    VersionChangedError,
+)
 
 ByteRange = tuple[int, int | None]
 #: Names starting with this are shardvol's own (temporary files, locks): never listed.
@@ -108,6 +113,10 @@ class KVStore(ABC):
     local: bool = False
     #: :meth:`lock` excludes other processes (and machines) too, not only this one's threads.
     locks_across_processes: bool = False
+    #: The storage reports each value's version with the read itself, and checks the
+    #: versions given to :meth:`get_many_if` in the same requests: callers keep version
+    #: tokens from their reads instead of asking :meth:`version` (S3: ETag and If-Match).
+    versioned_reads: bool = False
 
     @abstractmethod
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
@@ -119,6 +128,31 @@ class KVStore(ABC):
         if len(reqs) <= 1:
             return [self.get(k, r) for k, r in reqs]
         return list(io_pool().map(lambda kr: self.get(*kr), reqs))
+
+    def get_many_versioned(
+        self, requests: Iterable[Request]
+    ) -> list[tuple[bytes | None, Hashable | None]]:
+        """:meth:`get_many`, each value with its version token (None: unknown).
+
+        By default the token is :meth:`version` taken before the read: a value replaced
+        in between is then seen as changed later, never the reverse.
+        """
+        reqs = [normalize_request(r) for r in requests]
+        versions = {key: self.version(key) for key, _ in reqs}
+        return [(v, versions[k]) for (k, _), v in zip(reqs, self.get_many(reqs))]
+
+    def get_many_if(
+        self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
+    ) -> list[bytes | None]:
+        """:meth:`get_many` of values that must still be at ``versions[key]`` (tokens from
+        :meth:`get_many_versioned`; None: unchecked); raises VersionChangedError naming a
+        key replaced since.  By default :meth:`version` is compared after the reads."""
+        values = self.get_many(requests)
+        for key, expected in versions.items():
+            if expected is not None and self.version(key) != expected:
+                raise VersionChangedError(
+                    f"{key!r} in {self.url} changed since version {expected!r}", key)
+        return values
 
     @abstractmethod
     def set(self, key: str, value: bytes) -> None:

@@ -5,17 +5,19 @@ Ranged reads become HTTP ``Range`` requests (or the object store's equivalent);
 Object stores replace whole objects on write, which is atomic per key.
 ``lock(key)`` holds across processes and machines on S3 (a lease object per key, see
 :mod:`shardvol.kvstore.lease`); on other protocols it orders writers inside this process
-only (see KVStore.lock).
+only (see KVStore.lock).  On S3, reads are versioned (KVStore.versioned_reads): each
+response's ETag is the value's version, and reads that must find a version send it as
+``If-Match``, so no separate metadata requests are needed.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 
 import fsspec
 
-from shardvol.errors import ByteRangeError, StoreError
+from shardvol.errors import ByteRangeError, StoreError, VersionChangedError
 from shardvol.kvstore.base import (
     HIDDEN_PREFIX,
     ByteRange,
@@ -73,7 +75,7 @@ class FsspecStore(KVStore):
             from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 
             self._objects = S3ConditionalObjects(self.fs)
-        self.locks_across_processes = self._objects is not None
+        self.locks_across_processes = self.versioned_reads = self._objects is not None
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
 
@@ -84,7 +86,13 @@ class FsspecStore(KVStore):
         """Turn one fetched result (bytes or exception) into the contract's answer."""
         if isinstance(result, FileNotFoundError):
             return None
+        if isinstance(result, ByteRangeError):
+            raise result
         if isinstance(result, BaseException):
+            if _status(result) == 412:
+                raise VersionChangedError(
+                    f"{key!r} in {self.url} was replaced since it was last read", key
+                ) from result
             if _status(result) == 416:
                 raise ByteRangeError(f"byte range {byte_range} of {key!r} is past its end") from result
             raise StoreError(f"cannot read {key!r} from {self.url}: {result}") from result
@@ -116,13 +124,9 @@ class FsspecStore(KVStore):
         return self.get_many([(key, byte_range)])[0]
 
     def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
-        reqs = [normalize_request(r) for r in requests]
+        reqs = _checked(requests)
         if not reqs:
             return []
-        for key, byte_range in reqs:
-            if byte_range is not None and byte_range[0] >= 0 and byte_range[1] is not None:
-                if byte_range[1] < byte_range[0]:
-                    raise ByteRangeError(f"byte range {byte_range} of {key!r} ends before it starts")
         paths = [self._path(k) for k, _ in reqs]
         starts = [None if r is None else r[0] for _, r in reqs]
         ends = [None if r is None else r[1] for _, r in reqs]
@@ -131,6 +135,28 @@ class FsspecStore(KVStore):
         except FileNotFoundError:
             results = [FileNotFoundError()] * len(reqs)
         return [self._finish(k, r, res) for (k, r), res in zip(reqs, results)]
+
+    def get_many_versioned(
+        self, requests: Iterable[Request]
+    ) -> list[tuple[bytes | None, Hashable | None]]:
+        if self._objects is None:
+            return super().get_many_versioned(requests)
+        return self._versioned_reads(_checked(requests), {})
+
+    def get_many_if(
+        self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
+    ) -> list[bytes | None]:
+        if self._objects is None:
+            return super().get_many_if(requests, versions)
+        return [value for value, _ in self._versioned_reads(_checked(requests), versions)]
+
+    def _versioned_reads(
+        self, reqs: list[tuple[str, ByteRange | None]], versions: Mapping[str, Hashable | None]
+    ) -> list[tuple[bytes | None, Hashable | None]]:
+        """S3: (value, ETag) of each request; ``versions[key]`` is sent as If-Match."""
+        assert self._objects is not None
+        results = self._objects.read([(self._path(k), r, versions.get(k)) for k, r in reqs])
+        return [(self._finish(k, r, res), etag) for (k, r), (res, etag) in zip(reqs, results)]
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
@@ -192,12 +218,15 @@ class FsspecStore(KVStore):
         return sorted(keys)
 
     def version(self, key: str) -> Hashable | None:
-        """(ETag or generation, size) with ``check_versions``, () if absent; else None."""
+        """With ``check_versions``: the ETag on S3 (the token versioned reads give),
+        (generation or the like, size) elsewhere, () if absent; else None."""
         if not self.check_versions:
             return None
         info = self._info(key, fresh=True)
         if info is None:
             return ()
+        if self._objects is not None:
+            return info.get("ETag")
         token = next((info[k] for k in _VERSION_FIELDS if info.get(k) is not None), None)
         return (str(token), info.get("size"))
 
@@ -223,3 +252,12 @@ class FsspecStore(KVStore):
             data = self.get(key)
             return None if data is None else len(data)
         return int(size)
+
+
+def _checked(requests: Iterable[Request]) -> list[tuple[str, ByteRange | None]]:
+    """Normalized requests; a range ending before it starts raises ByteRangeError."""
+    reqs = [normalize_request(r) for r in requests]
+    for key, byte_range in reqs:
+        if byte_range is not None and byte_range[1] is not None and byte_range[1] < byte_range[0]:
+            raise ByteRangeError(f"byte range {byte_range} of {key!r} ends before it starts")
+    return reqs

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 
+from shardvol.errors import VersionChangedError
 from shardvol.kvstore.base import (
     ByteRange,
     KVStore,
@@ -25,6 +26,7 @@ class PrefixStore(KVStore):
         self.read_only = base.read_only
         self.local = base.local
         self.locks_across_processes = base.locks_across_processes
+        self.versioned_reads = base.versioned_reads
 
     def _k(self, key: str) -> str:
         return join_key(self.prefix, check_key(key))
@@ -33,7 +35,24 @@ class PrefixStore(KVStore):
         return self.base.get(self._k(key), byte_range)
 
     def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
-        return self.base.get_many([(self._k(k), r) for k, r in map(normalize_request, requests)])
+        return self.base.get_many(self._requests(requests))
+
+    def get_many_versioned(
+        self, requests: Iterable[Request]
+    ) -> list[tuple[bytes | None, Hashable | None]]:
+        return self.base.get_many_versioned(self._requests(requests))
+
+    def get_many_if(
+        self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
+    ) -> list[bytes | None]:
+        try:
+            return self.base.get_many_if(
+                self._requests(requests), {self._k(k): v for k, v in versions.items()})
+        except VersionChangedError as e:
+            raise VersionChangedError(str(e), e.key[len(self.prefix) + 1 :]) from None
+
+    def _requests(self, requests: Iterable[Request]) -> list[tuple[str, ByteRange | None]]:
+        return [(self._k(k), r) for k, r in map(normalize_request, requests)]
 
     def set(self, key: str, value: bytes) -> None:
         self.base.set(self._k(key), value)

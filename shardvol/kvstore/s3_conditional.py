@@ -1,21 +1,25 @@
-"""S3's conditional writes and deletes (``If-None-Match`` / ``If-Match``) through s3fs's
-client, for :mod:`shardvol.kvstore.lease`.
+"""S3's conditional requests through s3fs's client: writes and deletes (``If-None-Match``
+/ ``If-Match``) for :mod:`shardvol.kvstore.lease`, and ranged reads that return the
+object's ETag and may require one (``If-Match``), for versioned reads (see FsspecStore).
 
-AWS S3 supports all three (conditional deletes on general purpose buckets since 2025), as
+AWS S3 supports them all (conditional deletes on general purpose buckets since 2025), as
 do MinIO and moto; a store that ignores the conditions would make the lease unsafe.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fsspec.asyn import sync
 
-from shardvol.errors import StoreError
+from shardvol.errors import ByteRangeError, StoreError
 
 # The condition failed (412), or a concurrent conditional write won (409).
 _CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
 _MISSING = {"NoSuchKey", "404"}
+# Ranged GETs in flight at once, per call of read().
+_READ_CONCURRENCY = 64
 
 
 class S3ConditionalObjects:
@@ -56,6 +60,54 @@ class S3ConditionalObjects:
 
     def delete(self, path: str, version: str) -> bool:
         return self._call("delete_object", path, IfMatch=version) is not None
+
+
+    def read(
+        self, requests: list[tuple[str, tuple[int, int | None] | None, str | None]]
+    ) -> list[tuple[Any, str | None]]:
+        """``(path, byte range or None, ETag the object must have or None)`` ->
+        ``(bytes, or the exception: FileNotFoundError if absent, else botocore's error;
+        the object's ETag or None)``, the requests sent concurrently."""
+        client = sync(self.fs.loop, self.fs.set_session)
+        return sync(self.fs.loop, self._read_all, client, requests)
+
+    async def _read_all(self, client: Any, requests: list) -> list[tuple[Any, str | None]]:
+        gate = asyncio.Semaphore(_READ_CONCURRENCY)
+
+        async def one(path: str, byte_range: tuple[int, int | None] | None,
+                      etag: str | None) -> tuple[Any, str | None]:
+            async with gate:
+                try:
+                    return await self._read_one(client, path, byte_range, etag)
+                except Exception as e:  # reported per request, as fsspec's cat_ranges does
+                    return e, None
+
+        return list(await asyncio.gather(*(one(*r) for r in requests)))
+
+    async def _read_one(self, client: Any, path: str, byte_range: tuple[int, int | None] | None,
+                        etag: str | None) -> tuple[Any, str | None]:
+        from botocore.exceptions import ClientError
+
+        bucket, key, _ = self.fs.split_path(path)
+        kwargs = dict(getattr(self.fs, "req_kw", {}), Bucket=bucket, Key=key)
+        if etag is not None:
+            kwargs["IfMatch"] = etag
+        try:
+            if byte_range is not None and byte_range[0] == byte_range[1]:  # no bytes: no Range
+                head = await client.head_object(**kwargs)
+                if byte_range[0] > head["ContentLength"]:
+                    return ByteRangeError(f"byte range {byte_range} of {path} is past its end"), None
+                return b"", head["ETag"]
+            if byte_range is not None:
+                start, stop = byte_range
+                kwargs["Range"] = (f"bytes={start}" if start < 0 else
+                                   f"bytes={start}-" + ("" if stop is None else str(stop - 1)))
+            out = await client.get_object(**kwargs)
+            return await _read_body(out["Body"]), out["ETag"]
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in _MISSING:
+                return FileNotFoundError(path), None
+            raise
 
 
 async def _read_body(stream: Any) -> bytes:

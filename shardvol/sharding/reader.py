@@ -12,15 +12,21 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 
 from __future__ import annotations
 
+import contextlib
 import numbers
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from shardvol.compression import gzip_decompress
-from shardvol.errors import ByteRangeError, ShardFormatError, WriteConflictError
+from shardvol.errors import (
+    ByteRangeError,
+    ShardFormatError,
+    VersionChangedError,
+    WriteConflictError,
+)
 from shardvol.kvstore import KVStore, open_store
 from shardvol.sharding.index import (
     EMPTY_MINISHARD,
@@ -63,6 +69,10 @@ class _Cached(NamedTuple):
 
 class _Stale(Exception):
     """A shard file changed between reading its index and its data (retry)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key  # the store key of the file that changed
 
 
 class _Located(NamedTuple):
@@ -117,11 +127,14 @@ class ShardReader:
     memory, 1 MiB for remote stores.  Caches hold shard indexes by file
     name and minishard indexes by (file name, minishard).
 
-    Where the store has version tokens (local files, memory), a cached index is
-    used only while its file is unchanged, and data read from a file that was
-    replaced meanwhile is read again: another writer (thread or process)
-    rewriting a shard never makes a reader return stale or mixed bytes.  On
-    other stores call :meth:`invalidate` after the shard files change.
+    Where the store has version tokens (local files, memory, S3), data read from a
+    file that was replaced after its index was read is read again: another writer
+    (thread or process) rewriting a shard never makes a reader return mixed bytes.
+    Local files and memory also check a cached index against its file before each use
+    (a stat), so reads return the newest data.  On S3 each read carries the version of
+    the index it relies on (``If-Match``, no extra requests): a cached index serves
+    until a read finds its file replaced.  On other stores call :meth:`invalidate`
+    after the shard files change.
     """
 
     def __init__(
@@ -231,7 +244,12 @@ class ShardReader:
         changed = False
         for fn in (self.spec.shard_filename(s) for s in np.unique(shards).tolist()):
             entry = self.shard_index_cache.get(fn)
-            if entry is not None and entry.version != self._version(fn, entry.shard):
+            if entry is None:
+                continue
+            data_key = fn if entry.shard is None else entry.shard.data_key
+            if isinstance(error, _Stale) and error.key == data_key or (
+                entry.version != self._version(fn, entry.shard)
+            ):
                 self.invalidate(fn)
                 changed = True
         if not changed and not isinstance(error, _Stale):
@@ -298,9 +316,10 @@ class ShardReader:
         """
         out: list[_Cached] = [None] * len(filenames)  # type: ignore[list-item]
         missing = []
+        trust = self.store.versioned_reads  # the reads themselves check the versions
         for i, fn in enumerate(filenames):
             entry = self.shard_index_cache.get(fn)
-            if entry is not None and entry.version == self._version(fn, entry.shard):
+            if entry is not None and (trust or entry.version == self._version(fn, entry.shard)):
                 out[i] = entry
             else:
                 if entry is not None:
@@ -308,9 +327,7 @@ class ShardReader:
                 missing.append(i)
         if missing:
             names = [filenames[i] for i in missing]
-            versions = [self.store.version(fn) for fn in names]  # before reading: errs stale
-            for i, fn, version, shard in zip(missing, names, versions,
-                                             self._fetch_shard_indexes(names)):
+            for i, fn, (shard, version) in zip(missing, names, self._fetch_shard_indexes(names)):
                 if shard is not None:
                     if shard.data_key != fn:
                         version = self.store.version(shard.data_key)
@@ -318,21 +335,26 @@ class ShardReader:
                 out[i] = self.shard_index_cache[fn] = _Cached(shard, version)
         return out
 
-    def _fetch_shard_indexes(self, filenames: list[str]) -> list[_Shard | None]:
+    def _fetch_shard_indexes(
+        self, filenames: list[str]
+    ) -> list[tuple[_Shard | None, Hashable | None]]:
+        """(shard or None if absent, the version of the file it was read from) of each."""
         n = self.spec.index_length
-        blobs = self._get_many([(fn, (0, n)) for fn in filenames], self._truncated_index)
-        out: list[_Shard | None] = []
-        for fn, blob in zip(filenames, blobs):
-            out.append(
-                None if blob is None else _Shard(fn, fn, n, decode_shard_index(blob, self.spec, fn))
-            )
-        absent = [i for i, info in enumerate(out) if info is None]
+        requests = [(fn, (0, n)) for fn in filenames]
+        with self._range_errors(requests, self._truncated_index):
+            read = self.store.get_many_versioned(requests)
+        out: list[tuple[_Shard | None, Hashable | None]] = []
+        for fn, (blob, version) in zip(filenames, read):
+            shard = None if blob is None else _Shard(fn, fn, n, decode_shard_index(blob, self.spec, fn))
+            out.append((shard, version))
+        absent = [i for i, (shard, _) in enumerate(out) if shard is None]
         if absent:
             names = [obsolete_names(filenames[i]) for i in absent]
             blobs = self._get_many([(idx, (0, n)) for idx, _ in names], self._truncated_index)
             for i, (idx, data), blob in zip(absent, names, blobs):
                 if blob is not None:
-                    out[i] = _Shard(filenames[i], data, 0, decode_shard_index(blob, self.spec, idx))
+                    shard = _Shard(filenames[i], data, 0, decode_shard_index(blob, self.spec, idx))
+                    out[i] = (shard, out[i][1])
         return out
 
     def _truncated_index(self, key: str, size: int) -> str | None:
@@ -378,16 +400,16 @@ class ShardReader:
             items.sort(key=lambda t: t[0])
             for run in self._coalesce([(a, b) for a, b, *_ in items]):
                 groups.append((key, run, items[run.first : run.last]))
+        # read only from the file its shard index was read from: else offsets may lie
         blobs = self._get_many(
             [(key, (run.start, run.stop)) for key, run, _ in groups],
             lambda key, size: _first_past_end(
                 key, size, ((a, b, m, "minishard index") for a, b, _, _, m in pending[key])
             ),
+            {key: items[0][3].version for key, items in pending.items()},
         )
         decoded: dict[str, tuple[list, list]] = {}
         for (key, run, items), blob in zip(groups, blobs):
-            if self.store.version(key) != items[0][3].version:
-                raise _Stale(key)  # replaced since its shard index was read: offsets may lie
             if blob is None:
                 raise ShardFormatError(
                     f"{key}: file disappeared while reading its minishard indexes"
@@ -514,10 +536,8 @@ class ShardReader:
         starts, sizes = loc.starts.tolist(), loc.sizes.tolist()
         version_of = dict(zip(loc.files, loc.versions))
         for first, last in _request_groups(requests, group_bytes):
-            blobs = self._get_many(requests[first:last], explain)
-            for key in dict.fromkeys(k for k, _ in requests[first:last]):
-                if self.store.version(key) != version_of[key]:
-                    raise _Stale(key)  # replaced since its index was read: offsets may lie
+            group = requests[first:last]  # only from the files the index was read from
+            blobs = self._get_many(group, explain, {k: version_of[k] for k, _ in group})
             for (key, _), (idx, base), blob in zip(
                 requests[first:last], placements[first:last], blobs
             ):
@@ -549,12 +569,29 @@ class ShardReader:
         return runs
 
     def _get_many(
-        self, requests: list, explain: Callable[[str, int], str | None]
+        self,
+        requests: list,
+        explain: Callable[[str, int], str | None],
+        versions: Mapping[str, Hashable | None] | None = None,
     ) -> list[bytes | None]:
-        """store.get_many; a range past a file's end becomes a ShardFormatError whose
-        message ``explain(key, file size)`` writes."""
+        """store.get_many (get_many_if with ``versions``: a file of another version
+        raises _Stale); a range past a file's end becomes a ShardFormatError whose message
+        ``explain(key, file size)`` writes."""
+        with self._range_errors(requests, explain):
+            if versions is None:
+                return self.store.get_many(requests)
+            try:
+                return self.store.get_many_if(requests, versions)
+            except VersionChangedError as e:
+                raise _Stale(e.key) from e
+
+    @contextlib.contextmanager
+    def _range_errors(
+        self, requests: list, explain: Callable[[str, int], str | None]
+    ) -> Iterator[None]:
+        """A ByteRangeError of the reads inside becomes a ShardFormatError (see _get_many)."""
         try:
-            return self.store.get_many(requests)
+            yield
         except ByteRangeError as e:
             for key in dict.fromkeys(k for k, _ in requests):
                 size = self.store.size(key)
