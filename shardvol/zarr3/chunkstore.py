@@ -11,7 +11,7 @@ ranges (or the whole shard when every one of its chunks is wanted).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from math import prod
 
@@ -23,6 +23,7 @@ from shardvol.errors import (
     InvalidArgumentError,
     OutOfBoundsError,
     ShardFormatError,
+    VersionChangedError,
     WriteConflictError,
 )
 from shardvol.kvstore import KVStore, open_store
@@ -158,26 +159,36 @@ class ZarrChunkStore(ChunkStore):
         the reads of its index and of its chunks (which would pair an index with another
         file's bytes).  Stores without version tokens are read once."""
         for _ in range(_ATTEMPTS):
-            versions = {key: self.store.version(key) for key in groups}
+            versions: dict[str, Hashable | None] = {}
             try:
-                found = dict(self._read_sharded(groups, want_data=True))
-            except ShardFormatError:
+                return dict(self._read_sharded(groups, want_data=True, versions=versions))
+            except VersionChangedError:
+                continue
+            except ShardFormatError:  # e.g. an offset past the end of a shorter new file
                 if self._unchanged(versions):
                     raise
-                continue
-            if self._unchanged(versions):
-                return found
         raise WriteConflictError(
             f"{self.store.url}: shards {', '.join(sorted(groups)[:4])} kept changing while "
             f"being read ({_ATTEMPTS} attempts)"
         )
 
-    def _unchanged(self, versions: dict[str, object]) -> bool:
-        return all(self.store.version(key) == v for key, v in versions.items())
+    def _unchanged(self, versions: dict[str, Hashable | None]) -> bool:
+        """Whether the files still have these versions (where the store can tell)."""
+        for key, v in versions.items():
+            now = self.store.version(key)
+            if now is not None and now != v:
+                return False
+        return True
 
     def _read_sharded(
-        self, groups: dict[str, list[ChunkCoord]], want_data: bool
+        self,
+        groups: dict[str, list[ChunkCoord]],
+        want_data: bool,
+        versions: dict[str, Hashable | None] | None = None,
     ) -> Iterator[tuple[ChunkCoord, bytes | None]]:
+        """(coord, bytes, or None when only presence is wanted) of the stored chunks.
+        ``versions``: filled with each shard's version as its index is read; the chunks
+        are then read only from that version (else VersionChangedError)."""
         layout = self.layout
         assert layout is not None
         keys = list(groups)
@@ -185,7 +196,15 @@ class ZarrChunkStore(ChunkStore):
         whole = {
             k for k in keys if want_data and len(set(wanted[k].values())) == self._chunks_in_unit(k)
         }
-        first = self._get_many([k if k in whole else (k, layout.index_byte_range()) for k in keys])
+        requests = [k if k in whole else (k, layout.index_byte_range()) for k in keys]
+        if versions is None:
+            first = self._get_many(requests)
+        else:
+            first = []
+            for key, (data, version) in zip(keys, self._get_many(requests, versioned=True)):
+                first.append(data)
+                if key not in whole:
+                    versions[key] = version
         second: list[tuple[str, tuple[int, int], list[tuple[ChunkCoord, int, int]]]] = []
         for key, data in zip(keys, first):
             if data is None:
@@ -204,7 +223,7 @@ class ZarrChunkStore(ChunkStore):
                 continue
             for span, members in self._coalesce(index, wanted[key]):
                 second.append((key, span, members))
-        values = self._get_many([(key, span) for key, span, _ in second])
+        values = self._get_many([(key, span) for key, span, _ in second], versions=versions)
         for (key, (start, stop), members), data in zip(second, values):
             if data is None:
                 continue  # the shard was deleted since its index was read
@@ -239,10 +258,21 @@ class ZarrChunkStore(ChunkStore):
         outer = self.metadata.chunk_key_encoding.coords(key, self.metadata.ndim)
         return prod(min(p, g - s * p) for s, p, g in zip(outer, self._per_shard, self.grid_shape))
 
-    def _get_many(self, requests: list[Request]) -> list[bytes | None]:
+    def _get_many(
+        self,
+        requests: list[Request],
+        versions: dict[str, Hashable | None] | None = None,
+        versioned: bool = False,
+    ) -> list:
+        """store.get_many; get_many_if with ``versions``; get_many_versioned with
+        ``versioned`` ((value, version) pairs)."""
         if not requests:
             return []
         try:
+            if versioned:
+                return self.store.get_many_versioned(requests)
+            if versions is not None:
+                return self.store.get_many_if(requests, versions)
             return self.store.get_many(requests)
         except ByteRangeError as e:
             raise ShardFormatError(
