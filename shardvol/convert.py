@@ -259,14 +259,14 @@ def _opened(run: str, endpoint: Endpoint) -> Frame:
 
 @dataclass(frozen=True)
 class CopyTask:
-    """Copy ``box`` (whole output units); or, for a hashed precomputed shard, its ``chunks``."""
+    """Copy ``box`` (whole output units); or, with a hashed precomputed output, the chunks
+    of one output ``shard``."""
 
     run: str
     src: Endpoint
     dst: Endpoint
     box: Box | None
     shard: int | None = None
-    chunks: tuple[Vec3, ...] = ()
 
 
 def run_copy_task(task: CopyTask) -> None:
@@ -278,8 +278,7 @@ def run_copy_task(task: CopyTask) -> None:
     assert isinstance(dst, PrecomputedFrame)
     engine = dst.vol.chunked_array  # the shard is replaced whole: its chunks are encoded here
     put = {}
-    for g in task.chunks:
-        coord = (*g, 0)
+    for coord in engine.store.scan_unit_chunks(task.shard):
         start = engine.grid.chunk_start(coord)[:3]
         stop = tuple(s + e for s, e in zip(start, engine.grid.chunk_extent(coord)[:3]))
         put[coord] = engine.codec.encode(src.read((start, stop)))  # type: ignore[arg-type]
@@ -334,14 +333,9 @@ def plan(
 
 
 def _hashed_shard_tasks(vol: Volume, run: str, src: Endpoint, dst: Endpoint) -> list[CopyTask]:
-    """One task per shard file when shards are not spatial blocks (hashed chunk ids)."""
-    grid = vol.scale.grid_size
-    coords = [(x, y, z, 0) for x in range(grid[0]) for y in range(grid[1]) for z in range(grid[2])]
-    tasks = []
-    for shard, members in vol.chunked_array.store.units(coords).items():
-        chunks = tuple(tuple(c[:3]) for c in members)
-        tasks.append(CopyTask(run, src, dst, None, shard, chunks))  # type: ignore[arg-type]
-    return tasks
+    """One task per shard file when shards are not spatial blocks (hashed chunk ids);
+    each task finds its shard's chunks itself (tasks stay small to send)."""
+    return [CopyTask(run, src, dst, None, s) for s in vol.chunked_array.store.grid_units()]
 
 
 # --------------------------------------------------------------------------- destinations

@@ -83,19 +83,22 @@ class ShardedChunkStore(ChunkStore):
             out.setdefault(s, []).append(c)
         return out
 
+    def _grid_shards(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(linear indices (x fastest), shard numbers) of every chunk of the grid, in
+        blocks of _ENUMERATE_BLOCK chunks (which bound the temporaries)."""
+        n = int(np.prod(self.grid_size))
+        for a in range(0, n, _ENUMERATE_BLOCK):
+            linear = np.arange(a, min(n, a + _ENUMERATE_BLOCK))
+            xyz = np.stack(np.unravel_index(linear, self.grid_size, order="F"), axis=1)
+            yield linear, self.spec.shard_and_minishard(compressed_morton_code(xyz, self.grid_size))[0]
+
     @cached_property
     def _shard_members(self) -> tuple[np.ndarray, np.ndarray] | None:
         """For grids small enough to enumerate: the shard number of every chunk, sorted,
         and the chunks' linear indices (x fastest) in that order (16 bytes per chunk)."""
-        n = int(np.prod(self.grid_size))
-        if n > _ENUMERATE_LIMIT:
+        if int(np.prod(self.grid_size)) > _ENUMERATE_LIMIT:
             return None
-        shards = np.empty(n, dtype=np.uint64)
-        for a in range(0, n, _ENUMERATE_BLOCK):  # blocks bound the temporaries
-            linear = np.arange(a, min(n, a + _ENUMERATE_BLOCK))
-            xyz = np.stack(np.unravel_index(linear, self.grid_size, order="F"), axis=1)
-            codes = compressed_morton_code(xyz, self.grid_size)
-            shards[a : a + len(linear)] = self.spec.shard_and_minishard(codes)[0]
+        shards = np.concatenate([s for _, s in self._grid_shards()])
         order = np.argsort(shards, kind="stable")
         return shards[order], order
 
@@ -115,7 +118,25 @@ class ShardedChunkStore(ChunkStore):
         shards, order = members
         key = np.uint64(unit)
         a, b = np.searchsorted(shards, key, "left"), np.searchsorted(shards, key, "right")
-        xyz = np.unravel_index(order[a:b], self.grid_size, order="F")
+        return self._coords(order[a:b])
+
+    def scan_unit_chunks(self, unit: int) -> list[ChunkCoord]:
+        """:meth:`unit_chunks`, on grids of any size: those too large to enumerate once
+        are scanned in blocks (a pass over the grid's chunk ids, in C, per call)."""
+        members = self.unit_chunks(unit)
+        if members is not None:
+            return members
+        key = np.uint64(unit)
+        return self._coords(np.concatenate([lin[s == key] for lin, s in self._grid_shards()]))
+
+    def grid_units(self) -> list[int]:
+        """Every shard number that holds some chunk of the grid, ascending (a scan in
+        blocks; for planning work by shard)."""
+        found = [np.unique(s) for _, s in self._grid_shards()]
+        return np.unique(np.concatenate(found)).tolist() if found else []
+
+    def _coords(self, linear: np.ndarray) -> list[ChunkCoord]:
+        xyz = np.unravel_index(linear, self.grid_size, order="F")
         return [(x, y, z, 0) for x, y, z in zip(*(v.tolist() for v in xyz))]
 
     def _decode_block_origin(self, code: int) -> tuple[int, int, int] | None:

@@ -18,7 +18,7 @@ import pytest
 import tensorstore as ts
 
 import shardvol
-from shardvol import Volume, convert
+from shardvol import Volume, convert, sharded_store
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.kvstore import FileStore
 from shardvol.zarr3 import ZarrArray
@@ -166,6 +166,18 @@ def test_rechunk_reencode_shard_and_unshard(tmp_path, monkeypatch):
     assert Volume(str(tmp_path / "hashed")).sharding.hash == "murmurhash3_x86_128"
     # back from sharded to one file per chunk, as TensorStore names them
     assert FileStore(str(tmp_path / "unsharded")).exists("4_5_40/1-8_2-7_3-6")
+
+
+def test_copy_into_hashed_shards_of_a_grid_too_large_to_enumerate(tmp_path, monkeypatch):
+    """Tasks carry only their shard number; each scans the grid for its chunks."""
+    monkeypatch.setattr(sharded_store, "_ENUMERATE_LIMIT", 10)
+    monkeypatch.setattr(sharded_store, "_ENUMERATE_BLOCK", 7)
+    data = voxels(np.random.default_rng(4), (30, 22, 17, 1), "uint16")
+    src = str(tmp_path / "src")
+    ts_source(src, data, (1, 2, 3), chunk_size=(8, 8, 8))
+    dst = str(tmp_path / "hashed")
+    shardvol.copy(src, dst, format="precomputed", progress=False, sharding=HASHED)
+    assert np.array_equal(ts_read(dst), data)
 
 
 def test_process_pool_executor(tmp_path, monkeypatch):

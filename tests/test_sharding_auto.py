@@ -16,6 +16,7 @@ from shardvol import _reference as reference
 from shardvol.grid import ChunkGrid
 from shardvol.kernels import compressed_morton_code
 from shardvol.kvstore import MemoryStore
+from shardvol import sharded_store
 from shardvol.sharded_store import ShardedChunkStore
 from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
 from shardvol.sharding.auto import shard_shape_in_chunks
@@ -95,6 +96,21 @@ def test_unit_chunks_of_hashed_shards_match_the_reference():
     store = _store(grid, spec)
     assert {s: set(store.unit_chunks(s)) for s in range(8)} == expected
     assert all(len(store.unit_chunks(s)) == len(expected[s]) for s in range(8))
+
+
+def test_grids_too_large_to_enumerate_are_scanned(monkeypatch):
+    """Past the enumeration limit unit_chunks gives None (writers then merge), while the
+    scans used to plan copies find the same members and units, block by block."""
+    spec = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=1, minishard_bits=1,
+                        shard_bits=3)
+    grid = (5, 7, 3)
+    expected = {s: _store(grid, spec).unit_chunks(s) for s in range(8)}
+    monkeypatch.setattr(sharded_store, "_ENUMERATE_LIMIT", 50)
+    monkeypatch.setattr(sharded_store, "_ENUMERATE_BLOCK", 16)
+    store = _store(grid, spec)
+    assert store.unit_chunks(0) is None
+    assert {s: store.scan_unit_chunks(s) for s in range(8)} == expected
+    assert store.grid_units() == [s for s in range(8) if expected[s]]
 
 
 def test_unit_chunks_of_a_large_hashed_grid_take_little_memory():
