@@ -44,3 +44,20 @@ class Recording(KVStore):
 
     def version(self, key):
         return self.base.version(key)
+
+
+def rewrite_after_index_read(base: type[KVStore]) -> type[KVStore]:
+    """A ``base`` store class whose ``hook`` (another writer replacing a shard) runs once,
+    right after the next versioned read returns: the read of a shard index."""
+
+    class RewriteAfterIndexRead(base):  # type: ignore[valid-type,misc]
+        hook = None
+
+        def get_many_versioned(self, requests):
+            out = super().get_many_versioned(requests)
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook()
+            return out
+
+    return RewriteAfterIndexRead

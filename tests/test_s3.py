@@ -17,6 +17,7 @@ from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.lease import lease_path
 
 from .s3_server import new_bucket, s3_server
+from .stores import rewrite_after_index_read
 from .test_kvstore import StoreContract
 
 
@@ -270,26 +271,13 @@ def _hold(url: str, seconds: float) -> None:
         s.set("k", b"released")
 
 
-class RewriteAfterIndexRead(FsspecStore):
-    """Runs ``hook`` (another writer replacing the shard) right after the index reads."""
-
-    hook = None
-
-    def get_many_versioned(self, requests):
-        out = super().get_many_versioned(requests)
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook()
-        return out
-
-
 def test_zarr3_shard_replaced_between_index_and_chunk_reads(bucket):
     """The chunk reads carry the index's ETag: a shard replaced in between is read again,
     never its new bytes at the old index's offsets."""
     import shardvol.zarr3 as z
 
     url = bucket + "/z"
-    store = RewriteAfterIndexRead(url)
+    store = rewrite_after_index_read(FsspecStore)(url)
     arr = z.create(store, (16, 16), "uint16", (16, 16), (4, 4), codecs=["bytes"],
                    overwrite=True)
     old = np.arange(256, dtype=np.uint16).reshape(16, 16)

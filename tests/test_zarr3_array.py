@@ -28,6 +28,7 @@ from shardvol.errors import (
 )
 from shardvol.kvstore import FileStore, MemoryStore
 
+from .stores import rewrite_after_index_read
 from .test_zarr3_chunked import random_key
 from .test_zarr3_roundtrip import equal, random_case, random_data
 from .zarr3_util import ts_read, ts_write, zarr_read, zarr_write
@@ -292,23 +293,10 @@ def test_zero_dimensional_arrays_both_ways(tmp_path):
     assert zarr.open_array(path)[()] == -3
 
 
-class RewriteAfterIndexRead(MemoryStore):
-    """Runs ``hook`` (another writer replacing the shard) right after the first read."""
-
-    hook = None
-
-    def get_many(self, requests):
-        out = super().get_many(requests)
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook()
-        return out
-
-
 @pytest.mark.parametrize("index_location", ["start", "end"])
 def test_shard_replaced_between_index_and_chunk_reads(index_location):
     url = f"memory://zarr-race-{index_location}"
-    store = RewriteAfterIndexRead(url)
+    store = rewrite_after_index_read(MemoryStore)(url)
     arr = z.create(store, (16, 16), "uint16", (16, 16), (4, 4), codecs=["bytes"],
                    index_location=index_location, overwrite=True)
     old = np.arange(256, dtype=np.uint16).reshape(16, 16)
