@@ -59,6 +59,11 @@ class StoreContract:
             store.get("v", (len(VALUE) + 10, len(VALUE) + 20))
         with pytest.raises(ByteRangeError):
             store.get("v", (-(len(VALUE) + 1), None))
+        for bad in [(20, 10), (-5, 3)]:  # ends before it starts; a suffix with a stop
+            with pytest.raises(ByteRangeError):
+                store.get("v", bad)
+            with pytest.raises(ByteRangeError):
+                store.get_many_versioned([("v", bad)])
 
     def test_get_many_mixed(self, pair):
         store, writer = pair

@@ -255,9 +255,14 @@ class FsspecStore(KVStore):
 
 
 def _checked(requests: Iterable[Request]) -> list[tuple[str, ByteRange | None]]:
-    """Normalized requests; a range ending before it starts raises ByteRangeError."""
+    """Normalized requests; a range ending before it starts, or a suffix with a stop,
+    raises ByteRangeError (as resolve_range does for local values)."""
     reqs = [normalize_request(r) for r in requests]
     for key, byte_range in reqs:
-        if byte_range is not None and byte_range[1] is not None and byte_range[1] < byte_range[0]:
+        if byte_range is None or byte_range[1] is None:
+            continue
+        if byte_range[0] < 0:
+            raise ByteRangeError(f"suffix byte range {byte_range} of {key!r} must have stop=None")
+        if byte_range[1] < byte_range[0]:
             raise ByteRangeError(f"byte range {byte_range} of {key!r} ends before it starts")
     return reqs
