@@ -79,7 +79,7 @@ class S3ConditionalObjects:
             async with gate:
                 try:
                     return await self._read_one(client, path, byte_range, etag)
-                except Exception as e:  # reported per request, as fsspec's cat_ranges does
+                except Exception as e:  # noqa: BLE001 - reported per request, as fsspec's cat_ranges does
                     return e, None
 
         return list(await asyncio.gather(*(one(*r) for r in requests)))
