@@ -61,3 +61,28 @@ def rewrite_after_index_read(base: type[KVStore]) -> type[KVStore]:
             return out
 
     return RewriteAfterIndexRead
+
+
+def race_zarr3_shard_rewrite(base: type[KVStore], url: str, index_location: str = "end"):
+    """Read part of a one-shard Zarr array at ``url`` while another writer replaces the shard
+    between the reads of its index and of its chunks (every chunk moves in the new shard).
+    Returns (what the read of [4:8, 4:8] got, the old array, the new one, the ZarrArray)."""
+    import numpy as np
+
+    import shardvol.zarr3 as z
+
+    store = rewrite_after_index_read(base)(url)
+    arr = z.create(store, (16, 16), "uint16", (16, 16), (4, 4), codecs=["bytes"],
+                   index_location=index_location, overwrite=True)
+    old = np.arange(256, dtype=np.uint16).reshape(16, 16)
+    arr[...] = old
+    new = old + 1000
+    new[:4] = 0  # a row of absent inner chunks: every other chunk moves in the shard
+
+    def rewrite():
+        z.open(base(url))[...] = new
+
+    store.hook = rewrite
+    got = arr[4:8, 4:8]
+    assert store.hook is None  # the race happened
+    return got, old, new, arr

@@ -28,7 +28,7 @@ from shardvol.errors import (
 )
 from shardvol.kvstore import FileStore, MemoryStore
 
-from .stores import rewrite_after_index_read
+from .stores import race_zarr3_shard_rewrite
 from .test_zarr3_chunked import random_key
 from .test_zarr3_roundtrip import equal, random_case, random_data
 from .zarr3_util import ts_read, ts_write, zarr_read, zarr_write
@@ -295,20 +295,7 @@ def test_zero_dimensional_arrays_both_ways(tmp_path):
 
 @pytest.mark.parametrize("index_location", ["start", "end"])
 def test_shard_replaced_between_index_and_chunk_reads(index_location):
-    url = f"memory://zarr-race-{index_location}"
-    store = rewrite_after_index_read(MemoryStore)(url)
-    arr = z.create(store, (16, 16), "uint16", (16, 16), (4, 4), codecs=["bytes"],
-                   index_location=index_location, overwrite=True)
-    old = np.arange(256, dtype=np.uint16).reshape(16, 16)
-    arr[...] = old
-    new = old + 1000
-    new[:4] = 0  # a row of absent inner chunks: every other chunk moves in the shard
-
-    def rewrite():
-        z.open(MemoryStore(url))[...] = new
-
-    store.hook = rewrite
-    got = arr[4:8, 4:8]
-    assert store.hook is None  # the race happened
+    got, old, new, arr = race_zarr3_shard_rewrite(
+        MemoryStore, f"memory://zarr-race-{index_location}", index_location)
     assert np.array_equal(got, old[4:8, 4:8]) or np.array_equal(got, new[4:8, 4:8]), got
     assert np.array_equal(arr[...], new)
