@@ -276,3 +276,18 @@ def test_zarr3_shard_replaced_between_index_and_chunk_reads(bucket):
     never its new bytes at the old index's offsets."""
     got, _, new, _ = race_zarr3_shard_rewrite(FsspecStore, bucket + "/z")
     assert np.array_equal(got, new[4:8, 4:8]), got
+
+
+def test_a_truncated_shard_is_a_format_error_not_a_conflict(bucket):
+    """Versioned reads retry only files whose version changed: a shard that is damaged
+    (cut short of its minishard indexes) raises ShardFormatError naming it at once."""
+    from shardvol.errors import ShardFormatError
+
+    url = bucket + "/vol"
+    Volume.create(url, type="segmentation", data_type="uint32", size=SHAPE, chunk_size=CHUNK,
+                  encoding="raw", sharding=SPEC)[...] = 7
+    store = FsspecStore(url)
+    shard = store.get("1_1_1/0.shard")
+    store.set("1_1_1/0.shard", shard[: 16 * 2 + 4])  # the shard index, then 4 bytes
+    with pytest.raises(ShardFormatError, match="0.shard"):
+        Volume(url)[BOXES[0]]

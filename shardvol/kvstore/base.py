@@ -149,7 +149,7 @@ class KVStore(ABC):
         key replaced since.  By default :meth:`version` is compared after the reads."""
         values = self.get_many(requests)
         for key, expected in versions.items():
-            if expected is not None and self.version(key) != expected:
+            if expected is not None and not self.still_at(key, expected):
                 raise VersionChangedError(
                     f"{key!r} in {self.url} changed since version {expected!r}", key)
         return values
@@ -181,6 +181,12 @@ class KVStore(ABC):
         writer replaced a value.  Backends that cannot tell cheaply return None.
         """
         return None
+
+    def still_at(self, key: str, version: Hashable | None) -> bool:
+        """Whether ``key`` still has ``version`` as far as :meth:`version` can tell (a
+        store that cannot tell, which returns None, reports no change)."""
+        now = self.version(key)
+        return now is None or now == version
 
     def file_path(self, key: str) -> str | None:
         """The local file holding ``key``'s value, for readers that open it themselves;

@@ -246,9 +246,9 @@ class ShardReader:
             entry = self.shard_index_cache.get(fn)
             if entry is None:
                 continue
-            data_key = fn if entry.shard is None else entry.shard.data_key
+            data_key = self._data_key(fn, entry.shard)
             if isinstance(error, _Stale) and error.key == data_key or (
-                entry.version != self._version(fn, entry.shard)
+                not self.store.still_at(data_key, entry.version)
             ):
                 self.invalidate(fn)
                 changed = True
@@ -305,9 +305,10 @@ class ShardReader:
 
     # -- shard indexes -------------------------------------------------------------------
 
-    def _version(self, filename: str, shard: _Shard | None) -> Hashable | None:
-        """Current version token of the file holding ``filename``'s data."""
-        return self.store.version(shard.data_key if shard is not None else filename)
+    @staticmethod
+    def _data_key(filename: str, shard: _Shard | None) -> str:
+        """The file holding ``filename``'s data (itself unless in the obsolete layout)."""
+        return shard.data_key if shard is not None else filename
 
     def _shard_infos(self, filenames: list[str]) -> list[_Cached]:
         """Shard index of each file (shard None when absent), through the cache.
@@ -316,10 +317,11 @@ class ShardReader:
         """
         out: list[_Cached] = [None] * len(filenames)  # type: ignore[list-item]
         missing = []
-        trust = self.store.versioned_reads  # the reads themselves check the versions
         for i, fn in enumerate(filenames):
             entry = self.shard_index_cache.get(fn)
-            if entry is not None and (trust or entry.version == self._version(fn, entry.shard)):
+            # where version() cannot tell (S3 by default), versioned reads check instead
+            if entry is not None and self.store.still_at(self._data_key(fn, entry.shard),
+                                                         entry.version):
                 out[i] = entry
             else:
                 if entry is not None:
@@ -538,9 +540,7 @@ class ShardReader:
         for first, last in _request_groups(requests, group_bytes):
             group = requests[first:last]  # only from the files the index was read from
             blobs = self._get_many(group, explain, {k: version_of[k] for k, _ in group})
-            for (key, _), (idx, base), blob in zip(
-                requests[first:last], placements[first:last], blobs
-            ):
+            for (key, _), (idx, base), blob in zip(group, placements[first:last], blobs):
                 if blob is None:
                     raise ShardFormatError(f"{key}: file disappeared while reading its data")
                 view = memoryview(blob)

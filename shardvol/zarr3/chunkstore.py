@@ -173,12 +173,7 @@ class ZarrChunkStore(ChunkStore):
         )
 
     def _unchanged(self, versions: dict[str, Hashable | None]) -> bool:
-        """Whether the files still have these versions (where the store can tell)."""
-        for key, v in versions.items():
-            now = self.store.version(key)
-            if now is not None and now != v:
-                return False
-        return True
+        return all(self.store.still_at(key, v) for key, v in versions.items())
 
     def _read_sharded(
         self,
