@@ -11,9 +11,10 @@ ranges (or the whole shard when every one of its chunks is wanted).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from math import prod
+from typing import Any
 
 from shardvol.chunkstore import ChunkCoord, ChunkStore
 from shardvol.errors import (
@@ -141,7 +142,7 @@ class ZarrChunkStore(ChunkStore):
         groups = self.units(coords)
         if self.layout is None:
             keys = list(groups)
-            values = self._get_many(keys)
+            values = self._get_many(self.store.get_many, keys)
             return {groups[k][0]: v for k, v in zip(keys, values) if v is not None}
         return self._read_sharded_stable(groups)
 
@@ -193,10 +194,12 @@ class ZarrChunkStore(ChunkStore):
         }
         requests = [k if k in whole else (k, layout.index_byte_range()) for k in keys]
         if versions is None:
-            first = self._get_many(requests)
+            first = self._get_many(self.store.get_many, requests)
         else:
             first = []
-            for key, (data, version) in zip(keys, self._get_many(requests, versioned=True)):
+            for key, (data, version) in zip(
+                keys, self._get_many(self.store.get_many_versioned, requests)
+            ):
                 first.append(data)
                 if key not in whole:
                     versions[key] = version
@@ -218,7 +221,9 @@ class ZarrChunkStore(ChunkStore):
                 continue
             for span, members in self._coalesce(index, wanted[key]):
                 second.append((key, span, members))
-        values = self._get_many([(key, span) for key, span, _ in second], versions=versions)
+        values = self._get_many(
+            self.store.get_many_if, [(key, span) for key, span, _ in second], versions or {}
+        )
         for (key, (start, stop), members), data in zip(second, values):
             if data is None:
                 continue  # the shard was deleted since its index was read
@@ -253,22 +258,14 @@ class ZarrChunkStore(ChunkStore):
         outer = self.metadata.chunk_key_encoding.coords(key, self.metadata.ndim)
         return prod(min(p, g - s * p) for s, p, g in zip(outer, self._per_shard, self.grid_shape))
 
-    def _get_many(
-        self,
-        requests: list[Request],
-        versions: dict[str, Hashable | None] | None = None,
-        versioned: bool = False,
-    ) -> list:
-        """store.get_many; get_many_if with ``versions``; get_many_versioned with
-        ``versioned`` ((value, version) pairs)."""
+    @staticmethod
+    def _get_many(read: Callable[..., list], requests: list[Request], *args: Any) -> list:
+        """``read(requests, *args)`` (one of the store's get_many methods), with a range
+        past a shard's end reported as ShardFormatError."""
         if not requests:
             return []
         try:
-            if versioned:
-                return self.store.get_many_versioned(requests)
-            if versions is not None:
-                return self.store.get_many_if(requests, versions)
-            return self.store.get_many(requests)
+            return read(requests, *args)
         except ByteRangeError as e:
             raise ShardFormatError(
                 f"shard too short for its index or an index entry ({e})"
