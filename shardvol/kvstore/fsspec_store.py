@@ -141,16 +141,16 @@ class FsspecStore(KVStore):
     ) -> list[tuple[bytes | None, Hashable | None]]:
         if self._objects is None:
             return super().get_many_versioned(requests)
-        return self._versioned_reads(_checked(requests), {})
+        return self._s3_reads(_checked(requests), {})
 
     def get_many_if(
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
     ) -> list[bytes | None]:
         if self._objects is None:
             return super().get_many_if(requests, versions)
-        return [value for value, _ in self._versioned_reads(_checked(requests), versions)]
+        return [value for value, _ in self._s3_reads(_checked(requests), versions)]
 
-    def _versioned_reads(
+    def _s3_reads(
         self, reqs: list[tuple[str, ByteRange | None]], versions: Mapping[str, Hashable | None]
     ) -> list[tuple[bytes | None, Hashable | None]]:
         """S3: (value, ETag) of each request; ``versions[key]`` is sent as If-Match."""
