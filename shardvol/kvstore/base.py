@@ -113,10 +113,6 @@ class KVStore(ABC):
     local: bool = False
     #: :meth:`lock` excludes other processes (and machines) too, not only this one's threads.
     locks_across_processes: bool = False
-    #: The storage reports each value's version with the read itself, and checks the
-    #: versions given to :meth:`get_many_if` in the same requests: callers keep version
-    #: tokens from their reads instead of asking :meth:`version` (S3: ETag and If-Match).
-    versioned_reads: bool = False
 
     @abstractmethod
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
@@ -135,7 +131,9 @@ class KVStore(ABC):
         """:meth:`get_many`, each value with its version token (None: unknown).
 
         By default the token is :meth:`version` taken before the read: a value replaced
-        in between is then seen as changed later, never the reverse.
+        in between is then seen as changed later, never the reverse.  Stores that can
+        tell versions within the requests themselves (S3: the ETag of each response, and
+        ``If-Match`` for :meth:`get_many_if`) override both, and need no :meth:`version`.
         """
         reqs = [normalize_request(r) for r in requests]
         versions = {key: self.version(key) for key, _ in reqs}

@@ -5,8 +5,8 @@ Ranged reads become HTTP ``Range`` requests (or the object store's equivalent);
 Object stores replace whole objects on write, which is atomic per key.
 ``lock(key)`` holds across processes and machines on S3 (a lease object per key, see
 :mod:`shardvol.kvstore.lease`); on other protocols it orders writers inside this process
-only (see KVStore.lock).  On S3, reads are versioned (KVStore.versioned_reads): each
-response's ETag is the value's version, and reads that must find a version send it as
+only (see KVStore.lock).  On S3, reads are versioned (get_many_versioned, get_many_if):
+each response's ETag is the value's version, and reads that must find a version send it as
 ``If-Match``, so no separate metadata requests are needed.
 """
 
@@ -75,7 +75,7 @@ class FsspecStore(KVStore):
             from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 
             self._objects = S3ConditionalObjects(self.fs)
-        self.locks_across_processes = self.versioned_reads = self._objects is not None
+        self.locks_across_processes = self._objects is not None
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
 

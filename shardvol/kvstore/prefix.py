@@ -26,7 +26,6 @@ class PrefixStore(KVStore):
         self.read_only = base.read_only
         self.local = base.local
         self.locks_across_processes = base.locks_across_processes
-        self.versioned_reads = base.versioned_reads
 
     def _k(self, key: str) -> str:
         return join_key(self.prefix, check_key(key))
