@@ -25,7 +25,6 @@ Run:  python benchmarks/bench_floors.py [--repeat 5] [--only NAME] [--quick] [--
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -36,7 +35,6 @@ import numpy as np
 from bench_volume import (
     DATASETS,
     FULL,
-    HERE,
     MB,
     N_CUTOUTS,
     QUICK,
@@ -45,6 +43,7 @@ from bench_volume import (
     Sizes,
     TensorStore,
     cutout_boxes,
+    dataset_arguments,
     ensure_dataset,
     prefault,
     source_array,
@@ -186,13 +185,7 @@ def bench(ds: Dataset, path: str, data: np.ndarray, sizes: Sizes, scratch: str,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=os.path.join(HERE, "data"), help="dataset directory")
-    ap.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
-    ap.add_argument("--only", action="append", choices=[d.name for d in DATASETS],
-                    help="run only this dataset (repeatable)")
-    ap.add_argument("--quick", action="store_true", help="smaller volumes, for smoke runs")
-    args = ap.parse_args()
+    args = dataset_arguments(__doc__.split("\n")[0]).parse_args()
     sizes = QUICK if args.quick else FULL
     print(f"{THREADS} CPUs; best of {args.repeat}; MB/s (10^6 bytes) of decoded output")
     print("\n| dataset | operation | TensorStore | shardvol | decode or encode | disk | floor "

@@ -455,13 +455,19 @@ def load_average() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def dataset_arguments(description: str) -> argparse.ArgumentParser:
+    """The options of the scripts that run over these datasets."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--data", default=os.path.join(HERE, "data"), help="dataset directory")
     ap.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
     ap.add_argument("--only", action="append", choices=[d.name for d in DATASETS],
                     help="run only this dataset (repeatable)")
     ap.add_argument("--quick", action="store_true", help="smaller volumes, for smoke runs")
+    return ap
+
+
+def main() -> None:
+    ap = dataset_arguments(__doc__.split("\n")[0])
     ap.add_argument("--no-cloudvolume", action="store_true", help="skip CloudVolume")
     args = ap.parse_args()
     sizes = QUICK if args.quick else FULL
