@@ -126,12 +126,11 @@ static int FN(block_checked)(LABEL_T *out, const ptrdiff_t st[3], const size_t o
     }
 
 /* Decode the voxels [ro, ro + rn) of one channel: `ch` holds the nwords words
- * from the channel's start to the end of the buffer; `out` points at the
- * channel's voxel ro.  Every block header is checked, also those of blocks
- * outside the region (rn may be all zero: check only). */
-/* Decode the region [ro, ro + rn) of one channel into `out` (strides `out_st`).  With
- * `scratch` (room for rn[0] * rn[1] * bs[2] labels) each layer of blocks is decoded into
- * it first and then copied out row by row. */
+ * from the channel's start to the end of the buffer; `out` (strides `out_st`)
+ * points at the channel's voxel ro.  Every block header is checked, also those
+ * of blocks outside the region (rn may be all zero: check only).  With
+ * `scratch` (room for rn[0] * rn[1] * bs[2] labels) each layer of blocks is
+ * decoded into it first and then copied out row by row. */
 static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *g,
                               const size_t ro[3], const size_t rn[3], LABEL_T *out,
                               const ptrdiff_t out_st[3], LABEL_T *scratch, size_t channel,

@@ -64,4 +64,3 @@ class RawFileReader:
         status = rawfile.read_boxes(paths, boxes, out)
         left.extend(p for p, s in zip(direct, status) if s != 0)
         return left
-

@@ -9,10 +9,10 @@ across threads and processes on the same host (and on NFS with working
 locking), with no file created or removed per lock.
 
 The fsync (on by default, like TensorStore's ``file_io_sync``) is what makes a
-value's bytes durable once written (the directory entry is not fsynced); it is about half the time of writing
-many small files (512 chunk files of 256 KiB: ~120 ms instead of ~60 ms, with
-writers overlapping their fsyncs).  ``FileStore(path, fsync=False)`` skips it;
-writes stay atomic for readers either way.
+value's bytes durable once written (the directory entry is not fsynced); it is
+about half the time of writing many small files (512 chunk files of 256 KiB:
+~120 ms instead of ~60 ms, with writers overlapping their fsyncs).
+``FileStore(path, fsync=False)`` skips it; writes stay atomic for readers either way.
 """
 
 from __future__ import annotations

@@ -61,7 +61,6 @@ class S3ConditionalObjects:
     def delete(self, path: str, version: str) -> bool:
         return self._call("delete_object", path, IfMatch=version) is not None
 
-
     def read(
         self, requests: list[tuple[str, tuple[int, int | None] | None, str | None]]
     ) -> list[tuple[Any, str | None]]:
