@@ -74,7 +74,7 @@ class Floors:
 
     def __init__(self, path: str, ds: Dataset, data: np.ndarray, boxes: list) -> None:
         self.ds, self.data = ds, data
-        self.array = Volume(path)._array  # the grid, chunk store and codec shardvol reads with
+        self.array = Volume(path).chunked_array  # the grid, store and codec shardvol reads with
         self.full = self._parts((slice(None),) * 4)
         self.cutouts = [self._parts(b) for b in boxes]
         coords = [p.coord for p in self.full]
@@ -116,7 +116,7 @@ class Floors:
 
         def one(i: int) -> None:
             p = self.full[i]
-            blob = self.array.codec.encode(np.asfortranarray(self.data[p.out_sel]))
+            blob = self.array.codec.encode(self.data[p.out_sel])  # a view, as writes pass it
             sizes[i] = len(gzip_compress(blob) if gzip else blob)
 
         run_parallel(one, range(len(self.full)), THREADS)
