@@ -27,7 +27,8 @@ interleaved (A B C A B C ...) so they share the machine's load, and the best of
 what each library wrote is read back by TensorStore and checked.
 
 Settings, each library's fast path for local files:
-  shardvol     Volume(path) defaults (threads = CPU count, fsync'd atomic file writes).
+  shardvol     Volume(path) defaults (threads = CPU count, fsync'd atomic file writes,
+               gzip level 6 like TensorStore's; ``--compress-level`` sets another).
   TensorStore  default context (data_copy_concurrency and file_io_concurrency defaults,
                no cache pool, file_io_sync on: writes are fsync'd); reads ask for
                order="F" (the chunks' and shardvol's layout); sharded writes run in
@@ -192,6 +193,9 @@ def ensure_dataset(root: str, ds: Dataset, data: np.ndarray) -> str:
 class Shardvol:
     name = "shardvol"
 
+    def __init__(self, compress_level: int | None = None) -> None:
+        self.compress_level = compress_level  # of gzip shard data; None: the default (6)
+
     def open(self, path: str) -> Any:
         return Volume(path)
 
@@ -203,6 +207,7 @@ class Shardvol:
             path, size=data.shape[:3], type=ds.source, data_type=data.dtype.name,
             chunk_size=CHUNK, encoding=ds.encoding,
             compressed_segmentation_block_size=ds.block_size, sharding=ds.sharding,
+            compress_level=self.compress_level,
         )
         vol[...] = data
 
@@ -469,9 +474,11 @@ def dataset_arguments(description: str) -> argparse.ArgumentParser:
 def main() -> None:
     ap = dataset_arguments(__doc__.split("\n")[0])
     ap.add_argument("--no-cloudvolume", action="store_true", help="skip CloudVolume")
+    ap.add_argument("--compress-level", type=int, default=None, metavar="0-12",
+                    help="shardvol's gzip level for gzip shard data (default 6, as TensorStore)")
     args = ap.parse_args()
     sizes = QUICK if args.quick else FULL
-    libs: list = [Shardvol(), TensorStore(), TensorStoreDefaultOrder()]
+    libs: list = [Shardvol(args.compress_level), TensorStore(), TensorStoreDefaultOrder()]
     if not args.no_cloudvolume:
         libs.append(CloudVolumeLib())
     names = [lib.name for lib in libs]
@@ -480,6 +487,9 @@ def main() -> None:
     os.makedirs(write_root, exist_ok=True)
     print(f"{os.cpu_count()} CPUs, load average {load_average()} (1/5/15 min); "
           f"best of {args.repeat}; MB/s (10^6 bytes) of decoded output")
+    if args.compress_level is not None:
+        print(f"shardvol writes gzip shard data at level {args.compress_level} "
+              "(TensorStore at 6)")
 
     sources: dict[str, np.ndarray] = {}
     results, memory = {}, {}

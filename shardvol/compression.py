@@ -7,15 +7,17 @@ the caller's context (a file name, a chunk key) in the message.
 
 from __future__ import annotations
 
+import numbers
 import struct
 import zlib
 
 import imagecodecs
 
-from shardvol.errors import ShardvolError
+from shardvol.errors import InvalidArgumentError, ShardvolError
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_LEVEL = 6
+MAX_LEVEL = 12  # libdeflate's levels: 0 stores, 1 is fastest, 9 is zlib's best, 10-12 smaller
 
 
 def is_gzip(data: bytes) -> bool:
@@ -26,6 +28,15 @@ def is_gzip(data: bytes) -> bool:
 def gzip_compress(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
     """Standard gzip of ``data`` (libdeflate)."""
     return imagecodecs.gzip_encode(data, level=level)
+
+
+def check_level(level: object, what: str = "compress_level") -> int:
+    """``level`` as a gzip level in [0, MAX_LEVEL]; InvalidArgumentError naming ``what``."""
+    if isinstance(level, bool) or not isinstance(level, numbers.Integral) or not (
+        0 <= int(level) <= MAX_LEVEL
+    ):
+        raise InvalidArgumentError(f"{what} must be an integer in [0, {MAX_LEVEL}], got {level!r}")
+    return int(level)
 
 
 def gzip_decompress(

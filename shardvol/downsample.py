@@ -37,6 +37,7 @@ import numpy as np
 
 from shardvol._parallel import default_parallel
 from shardvol.buffered_store import BufferedChunkStore
+from shardvol.compression import DEFAULT_LEVEL
 from shardvol.downsample_kernels import METHODS, downsample_pyramid
 from shardvol.errors import InvalidArgumentError
 from shardvol.executor import run_tasks
@@ -90,6 +91,7 @@ class Task:
     fill_value: Any
     resume: bool
     z_grids: tuple[tuple[int, int], ...]  # (voxel offset, chunk size) along z of each target
+    compress_level: int = DEFAULT_LEVEL  # gzip level of the targets' gzip-encoded shard data
 
 
 def _owned(footprint: tuple[int, int], lo: int, hi: int, unit: int) -> tuple[int, int]:
@@ -101,7 +103,8 @@ def _owned(footprint: tuple[int, int], lo: int, hi: int, unit: int) -> tuple[int
 
 
 def plan_stage(url: str, source: Scale, targets: Sequence[Scale], factor: Sequence[int],
-               method: str, fill_value: Any, resume: bool, slabs: int) -> list[Task]:
+               method: str, fill_value: Any, resume: bool, slabs: int,
+               compress_level: int = DEFAULT_LEVEL) -> list[Task]:
     """Tasks of one stage: one per unit of the coarsest target (see the module doc)."""
     m = len(targets)
     coarse = targets[-1]
@@ -124,7 +127,7 @@ def plan_stage(url: str, source: Scale, targets: Sequence[Scale], factor: Sequen
         if any(all(a < b for a, b in zip(*r)) for r in regions):
             tasks.append(Task(url, source.key, tuple(t.key for t in targets), tuple(regions),
                               tuple(factor), method, slabs, fill_value, resume,  # type: ignore[arg-type]
-                              tuple((t.lo[2], t.chunk[2]) for t in targets)))
+                              tuple((t.lo[2], t.chunk[2]) for t in targets), compress_level))
     return tasks
 
 
@@ -170,7 +173,8 @@ def _slab_boxes(task: Task) -> list[tuple[Box, ...]]:
 
 def run_task(task: Task) -> int:
     """Execute one task (in any process); returns the number of output voxels written."""
-    src = Volume(task.url, mip=task.source, fill_value=task.fill_value)
+    src = Volume(task.url, mip=task.source, fill_value=task.fill_value,
+                 compress_level=task.compress_level)
     outs = [src.mip(key) for key in task.targets]
     if task.resume and all(
         all(v.exists(_slices(r)).values()) for v, r in zip(outs, task.regions)
@@ -296,7 +300,7 @@ def plan(vol: Volume, targets: list[Volume], factor: Sequence[int], method: str,
         for m in range(len(remaining), 0, -1):
             scales = [Scale.of(t) for t in remaining[:m]]
             tasks = plan_stage(source.url, src, scales, factor, method, source.fill_value,
-                               resume, 1)
+                               resume, 1, source.compress_level)
             out_bytes = max(sum(_nbytes(r, itemsize) for r in t.regions) for t in tasks)
             if out_bytes <= budget / 2 or m == 1:
                 chosen = (m, scales, tasks)

@@ -1,7 +1,8 @@
 """Chunk store of a sharded precomputed scale: chunk ids are compressed Morton codes.
 
 A unit is a shard (by number); updating it rewrites the whole shard file
-atomically, keeping the chunks that are neither put nor deleted.
+atomically, keeping the chunks that are neither put nor deleted (as stored: only the
+chunks put are gzipped, at ``level``, with gzip data encoding).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from shardvol.chunkstore import ChunkCoord, ChunkRead, ChunkStore
+from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import InvalidArgumentError
 from shardvol.grid import ChunkGrid
 from shardvol.kernels import compressed_morton_code, decode_morton_code
@@ -28,10 +30,13 @@ _ENUMERATE_BLOCK = 1 << 18
 class ShardedChunkStore(ChunkStore):
     """Chunks of one scale in ``neuroglancer_uint64_sharded_v1`` shard files."""
 
-    def __init__(self, store: KVStore, grid: ChunkGrid, spec: ShardingSpec) -> None:
+    def __init__(
+        self, store: KVStore, grid: ChunkGrid, spec: ShardingSpec, level: int = DEFAULT_LEVEL
+    ) -> None:
         self.kv = store
         self.grid = grid
         self.spec = spec
+        self.level = level
         self.grid_size = grid.grid_shape[:3]
         self.reader = ShardReader(store, spec)
 
@@ -156,14 +161,14 @@ class ShardedChunkStore(ChunkStore):
         entries = dict(zip(self.codes(list(put)).tolist(), put.values())) if put else {}
         if replace:
             if entries:
-                self.kv.set(filename, encode_shard(self.spec, entries))
+                self.kv.set(filename, encode_shard(self.spec, entries, self.level))
             else:  # with any obsolete pair, which would be read again
                 for name in (filename, *obsolete_names(filename)):
                     self.kv.delete(name)
         else:
             delete = list(delete)
             gone = self.codes(delete).tolist() if delete else []
-            rewrite_shard(self.kv, self.spec, unit, entries, gone)
+            rewrite_shard(self.kv, self.spec, unit, entries, gone, self.level)
         self.reader.invalidate(filename)
 
     @contextmanager

@@ -17,6 +17,7 @@ import numpy as np
 from shardvol.chunked import ChunkedArray, _cast_value
 from shardvol.chunkstore import ChunkStore
 from shardvol.codecs import get_codec
+from shardvol.compression import DEFAULT_LEVEL, check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.grid import ChunkGrid
 from shardvol.indexing import AxisSelection, chunk_parts, normalize_selection
@@ -46,7 +47,11 @@ def _scale_store(kv: KVStore, scale: ScaleInfo) -> KVStore:
 
 
 class Volume:
-    """One scale (mip) of a precomputed volume, sliceable like a 4-D numpy array."""
+    """One scale (mip) of a precomputed volume, sliceable like a 4-D numpy array.
+
+    ``compress_level``: gzip level (0-12, default 6) of the chunks this object writes to
+    shards with gzip data encoding; readers need not know it.
+    """
 
     def __init__(
         self,
@@ -58,11 +63,13 @@ class Volume:
         bounded: bool = True,
         parallel: int | None = None,
         jpeg_quality: int | None = None,
+        compress_level: int | None = None,
     ) -> None:
         self._kv = open_store(url)
+        level = DEFAULT_LEVEL if compress_level is None else check_level(compress_level)
         self._options = dict(
             fill_value=fill_value, fill_missing=fill_missing, bounded=bounded,
-            parallel=parallel, jpeg_quality=jpeg_quality,
+            parallel=parallel, jpeg_quality=jpeg_quality, compress_level=level,
         )
         self._meta = read_info(self._kv)
         self._select(mip)
@@ -85,7 +92,7 @@ class Volume:
         if self._spec is None:
             store = UnshardedChunkStore(kv, grid)
         else:
-            store = ShardedChunkStore(kv, grid, self._spec)
+            store = ShardedChunkStore(kv, grid, self._spec, self._options["compress_level"])
         codec = get_codec(
             scale.encoding,
             dtype=meta.dtype,
@@ -192,6 +199,11 @@ class Volume:
     @property
     def fill_value(self) -> Any:
         return self._options["fill_value"]
+
+    @property
+    def compress_level(self) -> int:
+        """gzip level of the chunks written to shards with gzip data encoding."""
+        return self._options["compress_level"]
 
     @property
     def chunked_array(self) -> ChunkedArray:

@@ -347,7 +347,11 @@ def test_downsample_and_cp_commands(tmp_path):
     data = np.random.default_rng(0).integers(0, 999, vol.shape).astype(np.uint16)
     vol[...] = data
     assert main(["-q", "downsample", src, "--factor", "2", "2", "1", "--mips", "2",
-                 "--method", "max"]) == 0
+                 "--method", "max", "--compress-level", "0"]) == 0
+    mip1 = Volume(src, mip=1)
+    assert mip1.sharding.data_encoding == "gzip"
+    stored = sum(p.stat().st_size for p in (tmp_path / "vol" / mip1.scale.key).glob("*.shard"))
+    assert stored > mip1.dtype.itemsize * np.prod(mip1.shape)  # level 0 stores, at 6 it is less
     base = ts.open({"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file",
                     "path": src}, "scale_index": 0}).result()
     want = ts.downsample(base, [4, 4, 1, 1], "max").read().result()
@@ -357,6 +361,7 @@ def test_downsample_and_cp_commands(tmp_path):
     arr = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": dst}}).result()
     np.testing.assert_array_equal(arr.read().result(), data)
     assert main(["-q", "cp", src, dst]) == 1  # exists, no --overwrite: one-line error
+    assert main(["-q", "downsample", src, "--compress-level", "13", "--overwrite"]) == 1
     with pytest.raises(SystemExit) as exc:  # argparse usage error
         main(["-q", "downsample", src, "--factor", "0", "2", "1"])
     assert exc.value.code == 2

@@ -28,6 +28,8 @@ def register(subparsers: Any) -> None:
                    help="chunk size of the new scales (source's)")
     p.add_argument("--sharding", type=sharding_arg, default="auto", metavar="auto|none|JSON",
                    help="sharding of the new scales (auto)")
+    p.add_argument("--compress-level", type=int, default=None, metavar="0-12",
+                   help="gzip level of shard data with gzip data encoding (6)")
     p.add_argument("--memory-limit", default="2GB", help="memory for all tasks together (2GB)")
     p.add_argument("--resume", action="store_true", help="skip work whose output exists")
     p.add_argument("--overwrite", action="store_true",
@@ -36,7 +38,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     mip = int(args.mip) if args.mip.lstrip("-").isdigit() else args.mip
-    vol = Volume(args.url, mip=mip)
+    vol = Volume(args.url, mip=mip, compress_level=args.compress_level)
     new = downsample(
         vol, args.factor, args.mips, method=args.method, encoding=args.encoding,
         chunk_size=args.chunk_size, sharding=args.sharding, memory_limit=args.memory_limit,

@@ -14,12 +14,13 @@ A decoded minishard index lists, for each key, the absolute byte range of its
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 
 from shardvol._parallel import default_parallel, run_parallel
-from shardvol.compression import gzip_compress, gzip_decompress
+from shardvol.compression import DEFAULT_LEVEL, gzip_compress, gzip_decompress
 from shardvol.errors import InvalidArgumentError, ShardFormatError
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
@@ -173,11 +174,13 @@ def encode_minishard_index(
     return gzip_compress(raw) if spec.minishard_index_encoding == "gzip" else raw
 
 
-def encode_values(spec: ShardingSpec, values: list[bytes]) -> list[bytes]:
-    """Values in the shard's data encoding (gzip runs on the codec threads)."""
+def encode_values(
+    spec: ShardingSpec, values: list[bytes], level: int = DEFAULT_LEVEL
+) -> list[bytes]:
+    """Values in the shard's data encoding (gzip at ``level``, on the codec threads)."""
     if spec.data_encoding == "raw":
         return [bytes(v) for v in values]
-    return _map_batched(_gzip_all, values, PARALLEL_GZIP_BYTES)
+    return _map_batched(partial(_gzip_all, level=level), values, PARALLEL_GZIP_BYTES)
 
 
 def decode_values(spec: ShardingSpec, blobs: list, contexts: Callable[[int], str]) -> list[bytes]:
@@ -211,8 +214,8 @@ def _map_batched(fn: Callable[[Sequence], list], items: Sequence, min_item_bytes
     return [x for r in results for x in r]
 
 
-def _gzip_all(values: Sequence[bytes]) -> list[bytes]:
-    return [gzip_compress(v) for v in values]
+def _gzip_all(values: Sequence[bytes], level: int) -> list[bytes]:
+    return [gzip_compress(v, level) for v in values]
 
 
 def _gunzip_all(blobs: Sequence) -> list[bytes]:
@@ -252,8 +255,11 @@ def assemble_shard(
     return b"".join([index.tobytes(), *blobs, *msis])
 
 
-def encode_shard(spec: ShardingSpec, entries: dict[int, bytes]) -> bytes:
-    """The shard file holding exactly ``entries`` (``{key: value}``), all of one shard."""
+def encode_shard(
+    spec: ShardingSpec, entries: dict[int, bytes], level: int = DEFAULT_LEVEL
+) -> bytes:
+    """The shard file holding exactly ``entries`` (``{key: value}``), all of one shard;
+    gzip data encoding at ``level``."""
     keys = as_keys(list(entries))
     order, shards, minishards = sort_entries(spec, keys)
     if len(shards) and shards[0] != shards[-1]:
@@ -262,7 +268,7 @@ def encode_shard(spec: ShardingSpec, entries: dict[int, bytes]) -> bytes:
             f", {spec.shard_filename(int(shards[-1]))}, ...); use synthesize_shard"
         )
     values = list(entries.values())
-    blobs = encode_values(spec, [values[i] for i in order.tolist()])
+    blobs = encode_values(spec, [values[i] for i in order.tolist()], level)
     return assemble_shard(spec, keys[order], minishards, blobs)
 
 

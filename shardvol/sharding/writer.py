@@ -4,7 +4,8 @@ Every shard file is replaced atomically (``store.set``).  ``update_shard`` holds
 ``store.lock(<shard file>)`` around its read-modify-write, so concurrent updates
 of one shard (threads or processes, as far as the store's lock reaches) lose
 nothing.  A ``reader`` passed to these functions has its cached indexes of the
-rewritten files invalidated.
+rewritten files invalidated.  ``level``: the gzip level of values written with gzip data
+encoding (values kept from a shard are not re-encoded).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import ShardFormatError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import io_pool
@@ -22,12 +24,14 @@ from shardvol.sharding.reader import ShardReader, fetch_shard, obsolete_names
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
 
-def synthesize_shards(spec: ShardingSpec, data: dict[int, bytes]) -> dict[str, bytes]:
+def synthesize_shards(
+    spec: ShardingSpec, data: dict[int, bytes], level: int = DEFAULT_LEVEL
+) -> dict[str, bytes]:
     """``{filename: shard file bytes}`` holding exactly ``data``; keys sorted per minishard."""
     keys = as_keys(list(data))
     values = list(data.values())
     order, shards, minishards = sort_entries(spec, keys)
-    blobs = encode_values(spec, [values[i] for i in order.tolist()])
+    blobs = encode_values(spec, [values[i] for i in order.tolist()], level)
     keys = keys[order]
     bounds = (
         np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True]).tolist() if len(keys) else [0]
@@ -45,6 +49,7 @@ def write_shards(
     spec: ShardingSpec,
     data: dict[int, bytes],
     reader: ShardReader | None = None,
+    level: int = DEFAULT_LEVEL,
 ) -> list[str]:
     """Write the shard files holding ``data``, replacing those files entirely.
 
@@ -53,7 +58,7 @@ def write_shards(
     Returns the file names written.  Call from outside the store I/O pool.
     """
     store = open_store(store)
-    files = synthesize_shards(spec, data)
+    files = synthesize_shards(spec, data, level)
     list(io_pool().map(lambda item: store.set(*item), files.items()))
     if reader is not None:
         for fn in files:
@@ -67,6 +72,7 @@ def update_shard(
     put: dict[int, bytes],
     delete: Iterable[int] = (),
     reader: ShardReader | None = None,
+    level: int = DEFAULT_LEVEL,
 ) -> list[str]:
     """Store ``put`` and remove ``delete`` (applied first) in the existing shard files.
 
@@ -77,7 +83,7 @@ def update_shard(
     store = open_store(store)
     put_keys = as_keys(list(put))
     del_keys = np.unique(as_keys(list(delete)))
-    put_blobs = encode_values(spec, list(put.values()))
+    put_blobs = encode_values(spec, list(put.values()), level)
     put_shard, _ = spec.shard_and_minishard(put_keys)
     del_shard, _ = spec.shard_and_minishard(del_keys)
     touched = []
@@ -99,14 +105,19 @@ def update_shard(
 
 
 def rewrite_shard(
-    store: KVStore, spec: ShardingSpec, shard: int, put: dict[int, bytes], delete: Iterable[int] = ()
+    store: KVStore,
+    spec: ShardingSpec,
+    shard: int,
+    put: dict[int, bytes],
+    delete: Iterable[int] = (),
+    level: int = DEFAULT_LEVEL,
 ) -> None:
     """Read-modify-write of one shard file; the caller holds ``store.lock(filename)``.
 
     ``put`` values are raw (encoded here per ``data_encoding``); entries not
     named are kept as stored.  A shard left empty is deleted.
     """
-    blobs = encode_values(spec, list(put.values()))
+    blobs = encode_values(spec, list(put.values()), level)
     _rewrite(store, spec, shard, dict(zip(put, blobs)), [int(k) for k in delete])
 
 
@@ -150,10 +161,12 @@ class ShardWriter:
         store: KVStore | str,
         spec: ShardingSpec,
         reader: ShardReader | None = None,
+        level: int = DEFAULT_LEVEL,
     ) -> None:
         self.store = open_store(store)
         self.spec = spec
         self.reader = reader
+        self.level = level
         self._put: dict[int, bytes] = {}
         self._delete: set[int] = set()
 
@@ -171,7 +184,7 @@ class ShardWriter:
         """Write what was collected; returns the shard files written."""
         put, delete = self._put, self._delete
         self._put, self._delete = {}, set()
-        return update_shard(self.store, self.spec, put, delete, self.reader)
+        return update_shard(self.store, self.spec, put, delete, self.reader, self.level)
 
     def __enter__(self) -> ShardWriter:  # noqa: PYI034
         return self
