@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from shardvol.compression import check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.executor import run_tasks
 from shardvol.kvstore import KVStore, open_store
@@ -194,10 +195,12 @@ class Endpoint:
     format: str
     url: str | KVStore
     scale: str | None = None  # precomputed scale key
+    compress_level: int | None = None  # gzip level of written precomputed shard data
 
     def open(self) -> Frame:
         if self.format == "precomputed":
-            return PrecomputedFrame(Volume(self.url, self.scale or 0))
+            return PrecomputedFrame(Volume(self.url, self.scale or 0,
+                                           compress_level=self.compress_level))
         return ZarrFrame(open_zarr(self.url))
 
 
@@ -426,6 +429,7 @@ def copy(
     chunk_size: Sequence[int] | None = None,
     inner_chunk_shape: Sequence[int] | None = None,
     codecs: Sequence[Codec | JSON] | None = None,
+    compress_level: int | None = None,
     executor: Executor | None = None,
     progress: bool = True,
     overwrite: bool = False,
@@ -439,8 +443,9 @@ def copy(
 
     Precomputed output: ``encoding`` (default: the source's), ``chunk_size``
     (x, y, z; default the source's chunk size), ``sharding`` "auto" (aligned
-    shards), None (one file per chunk) or a sharding spec dict.  The resolution,
-    voxel offset, layer type and data type are the source's.
+    shards), None (one file per chunk) or a sharding spec dict, ``compress_level``
+    the gzip level of gzip-encoded shard data (default 6).  The resolution, voxel
+    offset, layer type and data type are the source's.
 
     Zarr output (axes x, y, z, c): ``inner_chunk_shape`` (default: the source's
     chunk size), ``chunk_size`` the shard shape (default: the inner chunk
@@ -453,6 +458,8 @@ def copy(
     ``get_executor()``) works when both URLs are reachable from its workers.
     Returns the opened output.
     """
+    if compress_level is not None:
+        check_level(compress_level)
     _, src_rest = split_format(src)
     src_format = detect_format(src)
     if src_format is None:
@@ -491,10 +498,11 @@ def copy(
             dst_rest, geometry, encoding=encoding, chunk_size=chunk3, sharding=sharding,
             overwrite=overwrite,
         )  # fmt: skip
-        dst_ep = Endpoint("precomputed", dst_rest, out.scale.key)
+        dst_ep = Endpoint("precomputed", dst_rest, out.scale.key, compress_level)
         frame: Frame = PrecomputedFrame(out)
     else:
-        _reject(encoding=encoding, why="Zarr output (use codecs=)")
+        _reject(encoding=encoding, compress_level=compress_level,
+                why="Zarr output (use codecs=)")
         if sharding not in ("auto", None):
             raise InvalidArgumentError(
                 f"sharding for Zarr output is 'auto' (sharded) or None (unsharded), got {sharding!r}"

@@ -340,6 +340,8 @@ class Volume:
         ``url`` is replaced and its scales' data deleted.
         """
         kv = open_store(url)
+        if options.get("compress_level") is not None:  # checked before anything is written
+            check_level(options["compress_level"])
         if encoding.lower() == "compressed_segmentation" and compressed_segmentation_block_size is None:
             compressed_segmentation_block_size = (8, 8, 8)
         dtype = np.dtype(data_type)

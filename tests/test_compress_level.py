@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from shardvol import Volume, downsample
+from shardvol import Volume, copy, downsample
 from shardvol.errors import InvalidArgumentError
 from shardvol.sharding import ShardingSpec, ShardReader, ShardWriter, write_shards
 
@@ -138,3 +138,28 @@ def test_downsample_writes_at_the_source_volumes_level(tmp_path):
     voxels = [int(np.prod(m.shape)) for m in mips]
     assert all(s0 > n > s9 for s0, n, s9 in zip(sizes[0], voxels, sizes[9]))
 
+
+
+def test_copy_writes_at_its_level(tmp_path):
+    src = str(tmp_path / "src")
+    data = smooth_image((48, 40, 32))
+    make(src, None, data)
+    sizes = {}
+    for level in (0, 9):
+        dst = str(tmp_path / f"l{level}")
+        out = copy(src, dst, compress_level=level, progress=False)
+        assert out.sharding.data_encoding == "gzip"
+        assert np.array_equal(ts_read(dst), data)
+        sizes[level] = shard_bytes(dst)
+    assert sizes[0] > data.nbytes > sizes[9]
+    with pytest.raises(InvalidArgumentError, match="compress_level"):
+        copy(src, str(tmp_path / "bad"), compress_level=13, progress=False)
+    with pytest.raises(InvalidArgumentError, match="compress_level"):
+        copy(src, str(tmp_path / "x.zarr"), compress_level=1, progress=False)
+    assert not os.path.exists(tmp_path / "bad") and not os.path.exists(tmp_path / "x.zarr")
+
+
+def test_create_checks_the_level_before_writing(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="compress_level"):
+        Volume.create(str(tmp_path), size=(8, 8, 8), compress_level=-1)
+    assert not os.listdir(tmp_path)

@@ -28,6 +28,8 @@ def register(subparsers: Any) -> None:
                    help="shard the output: auto (default), none, or a precomputed JSON spec")
     p.add_argument("--chunk-size", type=positive_int, nargs="+", metavar="N",
                    help="output chunk size (precomputed) or shard shape (zarr3)")
+    p.add_argument("--compress-level", type=int, default=None, metavar="0-12",
+                   help="gzip level of precomputed shard data with gzip data encoding (6)")
     p.add_argument("--inner-chunk-shape", type=positive_int, nargs="+", metavar="N",
                    help="zarr3 inner chunk shape")
     p.add_argument("--overwrite", action="store_true", help="replace an existing destination")
@@ -37,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     out = copy(
         args.src, args.dst, mip=args.mip, format=args.format, encoding=args.encoding,
         sharding=args.sharding, chunk_size=args.chunk_size,
-        inner_chunk_shape=args.inner_chunk_shape, progress=not args.quiet,
+        inner_chunk_shape=args.inner_chunk_shape, compress_level=args.compress_level,
+        progress=not args.quiet,
         overwrite=args.overwrite,
     )
     note(args, f"copied {args.src} -> {out!r}")
