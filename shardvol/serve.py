@@ -11,6 +11,9 @@ files is blocking I/O that threads handle well.  What it adds to the standard ha
   ``Access-Control-Allow-Origin: *`` and exposes ``Content-Range``, ``Content-Length``,
   ``Content-Encoding`` and ``Accept-Ranges``; ``OPTIONS`` preflights are answered with 204
   (allowing Chrome's private-network preflight, so a hosted Neuroglancer can read it).
+- A strong ``ETag`` for plain files (inode, modification time and size: a file replaced by
+  rename gets a new one), and ``If-Match``: a request whose tags do not include it gets 412,
+  so a reader that relies on an earlier read of the file notices that it was replaced.
 - A file stored as ``NAME.gz`` (CloudVolume's gzip chunks) is served under ``NAME`` when
   ``NAME`` is absent: whole with ``Content-Encoding: gzip`` if the client accepts gzip, else
   decompressed; a Range request on it gets the range of the decompressed bytes.
@@ -41,7 +44,7 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 _CORS = (
     ("Access-Control-Allow-Origin", "*"),
     ("Access-Control-Expose-Headers",
-     "Content-Range, Content-Length, Content-Encoding, Accept-Ranges"),
+     "Content-Range, Content-Length, Content-Encoding, Accept-Ranges, ETag"),
 )
 _ALLOWED = "GET, HEAD, OPTIONS"
 _PREFLIGHT_MAX_AGE = "86400"
@@ -86,6 +89,14 @@ def resolve(root: str, request_path: str) -> str | None:
     if os.path.commonpath((root, real)) != root or not os.path.isfile(real):
         return None
     return real
+
+
+def _if_match(header: str | None, etag: str) -> bool:
+    """Whether an ``If-Match`` header (absent, ``*``, or a list of entity tags) lets a request
+    of a file whose strong tag is ``etag`` through (weak tags never match: RFC 9110 13.1.1)."""
+    if header is None or header.strip() == "*":
+        return True
+    return etag in (t.strip() for t in header.split(","))
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None | bool:
@@ -214,9 +225,14 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
             with open(path, "rb") as f:
                 if encoded:
                     self._serve_gz(f, body)
-                else:
-                    self._send_file(f, os.fstat(f.fileno()).st_size, body,
-                                    self._content_type(path))
+                    return
+                st = os.fstat(f.fileno())
+                etag = f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+                if not _if_match(self.headers.get("If-Match"), etag):
+                    self._send_empty(HTTPStatus.PRECONDITION_FAILED, (("ETag", etag),))
+                    return
+                self._send_file(f, st.st_size, body, self._content_type(path),
+                                (("ETag", etag),))
         except FileNotFoundError:  # removed since resolve() saw it
             self.send_error(HTTPStatus.NOT_FOUND)
 

@@ -14,6 +14,9 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
 class RangeHandler(SimpleHTTPRequestHandler):
+    weak_etags = False  # send ETag: W/"..." and refuse If-Match (weak tags never match it)
+    if_match_seen: list[str]
+
     def log_message(self, *args) -> None:  # keep test output quiet
         pass
 
@@ -22,6 +25,11 @@ class RangeHandler(SimpleHTTPRequestHandler):
         if not os.path.isfile(path):
             self.send_error(404)
             return None
+        if self.weak_etags and self.headers.get("If-Match"):
+            self.if_match_seen.append(self.headers["If-Match"])
+            if self.headers["If-Match"].strip() != "*":  # RFC 9110 13.1.1: strong comparison
+                self.send_error(412)
+                return None
         size = os.path.getsize(path)
         header = self.headers.get("Range")
         start, stop = 0, size
@@ -49,6 +57,9 @@ class RangeHandler(SimpleHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(stop - start))
         self.send_header("Accept-Ranges", "bytes")
+        if self.weak_etags:
+            st = os.stat(path)
+            self.send_header("ETag", f'W/"{st.st_mtime_ns:x}-{size:x}"')
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
         self.end_headers()
@@ -62,8 +73,11 @@ class RangeHandler(SimpleHTTPRequestHandler):
 class StaticServer:
     """Serve ``directory`` on 127.0.0.1 on a free port until ``close()``."""
 
-    def __init__(self, directory: str) -> None:
-        handler = lambda *a, **k: RangeHandler(*a, directory=directory, **k)
+    def __init__(self, directory: str, weak_etags: bool = False) -> None:
+        self.if_match_seen: list[str] = []  # If-Match headers received (weak_etags only)
+        attrs = {"weak_etags": weak_etags, "if_match_seen": self.if_match_seen}
+        handler_class = type("Handler", (RangeHandler,), attrs)
+        handler = lambda *a, **k: handler_class(*a, directory=directory, **k)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

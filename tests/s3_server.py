@@ -48,3 +48,19 @@ def new_bucket() -> str:
     name = f"b{uuid.uuid4().hex[:20]}"
     fsspec.filesystem("s3").mkdir(name)
     return f"s3://{name}"
+
+
+def public_http_url(endpoint: str, bucket: str) -> str:
+    """Let anyone read ``bucket``'s objects (a bucket policy); its plain HTTP URL, at which
+    moto answers ranged GETs with the objects' ETags and honours If-Match (412)."""
+    import json
+
+    import boto3
+
+    name = bucket.removeprefix("s3://")
+    policy = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+        "Resource": f"arn:aws:s3:::{name}/*"}]}
+    boto3.client("s3", endpoint_url=endpoint).put_bucket_policy(Bucket=name,
+                                                               Policy=json.dumps(policy))
+    return f"{endpoint}/{name}"

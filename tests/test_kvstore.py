@@ -7,6 +7,7 @@ import os
 import threading
 import uuid
 
+import numpy as np
 import pytest
 
 from shardvol.errors import (
@@ -269,6 +270,31 @@ def test_http_server_that_ignores_range_requests(tmp_path):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_http_server_with_weak_etags(tmp_path):
+    """A server whose ETags are weak (W/"..."), which never satisfy If-Match: reads of a
+    sharded volume, with its indexes cached, send no If-Match and read the data."""
+    from shardvol import Volume
+
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+            "minishard_bits": 1, "shard_bits": 1, "minishard_index_encoding": "gzip",
+            "data_encoding": "gzip"}
+    vol = Volume.create(str(tmp_path), size=(64, 32, 32), chunk_size=(16, 16, 16),
+                        data_type="uint16", sharding=spec)
+    data = np.random.default_rng(0).integers(0, 9999, vol.shape).astype(np.uint16)
+    vol[...] = data
+    server = StaticServer(str(tmp_path), weak_etags=True)
+    try:
+        store = open_store(server.url)
+        [(_, etag)] = store.get_many_versioned([("info", None)])
+        assert etag is None
+        remote = Volume(store)
+        for _ in range(2):  # the second time with cached indexes
+            assert np.array_equal(remote[5:60, 3:30, 1:31], data[5:60, 3:30, 1:31])
+        assert server.if_match_seen == []
+    finally:
+        server.close()
 
 
 def test_unknown_scheme():

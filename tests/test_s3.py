@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from shardvol import Volume
-from shardvol.errors import LockLostError, LockTimeoutError
+from shardvol.errors import LockLostError, LockTimeoutError, VersionChangedError
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.lease import lease_path
 
-from .s3_server import new_bucket, s3_server
+from .s3_server import new_bucket, public_http_url, s3_server
 from .stores import race_zarr3_shard_rewrite
 from .test_kvstore import StoreContract
 
@@ -217,6 +217,42 @@ def test_readers_see_rewritten_shards_without_extra_requests(bucket, monkeypatch
     monkeypatch.setattr(type(store.fs), "_info", no_metadata_requests)
     for box in BOXES:
         assert np.array_equal(reader[box], a[box])
+
+
+def test_http_readers_see_rewritten_shards_without_extra_requests(s3, bucket, monkeypatch):
+    """The same over plain HTTP (moto's server, public objects): each ranged GET returns the
+    object's ETag and the reads that rely on a cached index send it as If-Match, so a shard
+    rewritten by another writer is read again, with no HEAD requests."""
+    from fsspec.implementations.http import HTTPFileSystem
+
+    url = bucket + "/vol"
+    Volume.create(url, type="segmentation", data_type="uint32", size=SHAPE, chunk_size=CHUNK,
+                  encoding="raw", sharding={**SPEC, "data_encoding": "raw"})
+    rng = np.random.default_rng(1)
+    a = rng.integers(1, 2**32, (*SHAPE, 1), dtype=np.uint32)
+    Volume(url)[...] = a
+    http = public_http_url(s3, bucket) + "/vol"
+    store = FsspecStore(http)
+    assert store.read_only and store.version("1_1_1/0.shard") is None
+    [(_, etag)] = store.get_many_versioned([("1_1_1/0.shard", (0, 8))])
+    assert etag == FsspecStore(url).get_many_versioned([("1_1_1/0.shard", (0, 8))])[0][1]
+    assert FsspecStore(http, check_versions=True).version("1_1_1/0.shard") == etag
+    with pytest.raises(VersionChangedError):
+        store.get_many_if([("1_1_1/0.shard", (0, 8))], {"1_1_1/0.shard": '"not-its-etag"'})
+    reader = Volume(store)
+
+    def no_metadata_requests(*args, **kwargs):
+        raise AssertionError("a metadata request")
+
+    for box in BOXES:  # shard and minishard indexes now cached
+        assert np.array_equal(reader[box], a[box])
+    Volume(url).delete(BOXES[0])  # another writer: the first chunk leaves the shard,
+    a[BOXES[0]] = 0  # so every other chunk moves
+    monkeypatch.setattr(HTTPFileSystem, "_info", no_metadata_requests)
+    for box in BOXES:
+        assert np.array_equal(reader[box], a[box])
+    unchecked = Volume(FsspecStore(http, versioned_reads=False))
+    assert np.array_equal(unchecked[BOXES[1]], a[BOXES[1]])
 
 
 HASHED = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",

@@ -300,6 +300,32 @@ def test_access_records(server):
         "127.0.0.1", "GET", "/vol/data.bin", "bytes=0-9", 206, 10)
 
 
+def test_etag_and_if_match(server, tree):
+    """A strong ETag that changes when the file is replaced; If-Match per RFC 9110 (strong
+    comparison; a list of tags; *); the gz representation carries none."""
+    status, headers, _ = request(server, "GET", "/vol/data.bin", {"Range": "bytes=0-9"})
+    etag = headers["etag"]
+    assert status == 206 and etag.startswith('"') and "etag" in headers[
+        "access-control-expose-headers"].lower()
+    assert request(server, "HEAD", "/vol/data.bin")[1]["etag"] == etag
+    for ok in (etag, f'"x", {etag}', "*"):
+        status, _, body = request(server, "GET", "/vol/data.bin",
+                                  {"Range": "bytes=0-9", "If-Match": ok})
+        assert status == 206 and body == tree[1][:10]
+    for bad in ('"x"', "W/" + etag):
+        status, headers, body = request(server, "GET", "/vol/data.bin", {"If-Match": bad})
+        assert status == 412 and body == b"" and headers["etag"] == etag
+    assert "etag" not in request(server, "GET", "/vol/chunk")[1]
+    path = tree[0] / "vol" / "replaced.bin"
+    path.write_bytes(b"one")
+    first = request(server, "GET", "/vol/replaced.bin")[1]["etag"]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(b"two")
+    os.replace(tmp, path)  # as shardvol writes: a new file renamed over the old
+    status, headers, _ = request(server, "GET", "/vol/replaced.bin", {"If-Match": first})
+    assert status == 412 and headers["etag"] != first
+
+
 # ------------------------------------------------- shardvol's HTTP store
 @pytest.mark.parametrize("sharding", [None, "auto", {
     "@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
@@ -322,6 +348,10 @@ def test_shardvol_reads_through_server(tmp_path, sharding):
             remote = Volume(f"{srv.base_url}/seg")
             np.testing.assert_array_equal(remote[...], data)
             np.testing.assert_array_equal(remote[10:40, -4:7, 9:25], vol[10:40, -4:7, 9:25])
+            if sharding is not None:  # shards rewritten here: the remote reader's cached
+                data[:40] = rng.integers(0, 9, (40, 50, 20, 1))  # indexes are noticed
+                vol[3:43] = data[:40]
+                np.testing.assert_array_equal(remote[...], data)
         finally:
             srv.shutdown()
 

@@ -5,9 +5,9 @@ Ranged reads become HTTP ``Range`` requests (or the object store's equivalent);
 Object stores replace whole objects on write, which is atomic per key.
 ``lock(key)`` holds across processes and machines on S3 (a lease object per key, see
 :mod:`shardvol.kvstore.lease`); on other protocols it orders writers inside this process
-only (see KVStore.lock).  On S3, reads are versioned (get_many_versioned, get_many_if):
-each response's ETag is the value's version, and reads that must find a version send it as
-``If-Match``, so no separate metadata requests are needed.
+only (see KVStore.lock).  On S3 and HTTP(S), reads are versioned (get_many_versioned,
+get_many_if): each response's ETag is the value's version, and reads that must find a
+version send it as ``If-Match``, so no separate metadata requests are needed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from shardvol.kvstore.base import (
     normalize_request,
     process_lock,
 )
+from shardvol.kvstore.http_versioned import HttpVersionedReads, strong_etag
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
 
 READ_ONLY_PROTOCOLS = {"http", "https"}
@@ -60,10 +61,14 @@ class FsspecStore(KVStore):
     ``check_versions``: :meth:`version` asks the store for each object's ETag (or
     generation) with a metadata request, so shard readers notice files rewritten by other
     writers (see ShardReader) at the cost of those requests; else it returns None.
+    ``versioned_reads`` (S3, HTTP(S)): reads return the ETag of each response, and reads
+    that rely on an earlier one send it as ``If-Match`` (no extra requests); False reads
+    without conditions, for servers whose replicas give one file different ETags.
     """
 
     def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
-                 check_versions: bool = False, **storage_options) -> None:
+                 check_versions: bool = False, versioned_reads: bool = True,
+                 **storage_options) -> None:
         self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
         self.read_only = bool(protocols & READ_ONLY_PROTOCOLS)
@@ -76,6 +81,11 @@ class FsspecStore(KVStore):
 
             self._objects = S3ConditionalObjects(self.fs)
         self.locks_across_processes = self._objects is not None
+        # reads that return versions and may require one: (url, range, ETag) -> (value, ETag)
+        self._reads: S3ConditionalObjects | HttpVersionedReads | None = None
+        if versioned_reads:
+            self._reads = (HttpVersionedReads(self.fs) if self.read_only
+                           else self._objects)  # type: ignore[assignment]
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
 
@@ -139,23 +149,23 @@ class FsspecStore(KVStore):
     def get_many_versioned(
         self, requests: Iterable[Request]
     ) -> list[tuple[bytes | None, Hashable | None]]:
-        if self._objects is None:
+        if self._reads is None:
             return super().get_many_versioned(requests)
-        return self._s3_reads(_checked(requests), {})
+        return self._versioned_reads(_checked(requests), {})
 
     def get_many_if(
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
     ) -> list[bytes | None]:
-        if self._objects is None:
+        if self._reads is None:
             return super().get_many_if(requests, versions)
-        return [value for value, _ in self._s3_reads(_checked(requests), versions)]
+        return [value for value, _ in self._versioned_reads(_checked(requests), versions)]
 
-    def _s3_reads(
+    def _versioned_reads(
         self, reqs: list[tuple[str, ByteRange | None]], versions: Mapping[str, Hashable | None]
     ) -> list[tuple[bytes | None, Hashable | None]]:
-        """S3: (value, ETag) of each request; ``versions[key]`` is sent as If-Match."""
-        assert self._objects is not None
-        results = self._objects.read([(self._path(k), r, versions.get(k)) for k, r in reqs])
+        """(value, ETag) of each request; ``versions[key]`` is sent as If-Match."""
+        assert self._reads is not None
+        results = self._reads.read([(self._path(k), r, versions.get(k)) for k, r in reqs])
         return [(self._finish(k, r, res), etag) for (k, r), (res, etag) in zip(reqs, results)]
 
     @contextlib.contextmanager
@@ -218,15 +228,16 @@ class FsspecStore(KVStore):
         return sorted(keys)
 
     def version(self, key: str) -> Hashable | None:
-        """With ``check_versions``: the ETag on S3 (the token versioned reads give),
-        (generation or the like, size) elsewhere, () if absent; else None."""
+        """With ``check_versions``: the strong ETag with versioned reads (the token they
+        give), else (generation or the like, size); () if absent; else None."""
         if not self.check_versions:
             return None
         info = self._info(key, fresh=True)
         if info is None:
             return ()
-        if self._objects is not None:
-            return info.get("ETag")
+        etag = strong_etag(info.get("ETag")) if self._reads is not None else None
+        if etag is not None:
+            return etag
         token = next((info[k] for k in _VERSION_FIELDS if info.get(k) is not None), None)
         return (str(token), info.get("size"))
 

@@ -14,6 +14,7 @@ from typing import Any
 from fsspec.asyn import sync
 
 from shardvol.errors import ByteRangeError, StoreError
+from shardvol.kvstore.http_versioned import range_header
 
 # The condition failed (412), or a concurrent conditional write won (409).
 _CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
@@ -98,9 +99,7 @@ class S3ConditionalObjects:
                     return ByteRangeError(f"byte range {byte_range} of {path} is past its end"), None
                 return b"", head["ETag"]
             if byte_range is not None:
-                start, stop = byte_range
-                kwargs["Range"] = (f"bytes={start}" if start < 0 else
-                                   f"bytes={start}-" + ("" if stop is None else str(stop - 1)))
+                kwargs["Range"] = range_header(byte_range)
             out = await client.get_object(**kwargs)
             return await _read_body(out["Body"]), out["ETag"]
         except ClientError as e:
