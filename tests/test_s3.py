@@ -186,37 +186,49 @@ def test_processes_writing_one_shard_lose_nothing(bucket):
 BOXES = [(slice(0, 32), slice(0, 32), slice(0, 32)), (slice(32, 64), slice(32, 64), slice(0, 32))]
 
 
+def _sharded_volume(url: str, seed: int) -> np.ndarray:
+    """A raw-encoded sharded volume at ``url`` (raw data encoding too, so stale offsets
+    would not fail to decode: they would read other chunks' bytes); returns its data."""
+    Volume.create(url, type="segmentation", data_type="uint32", size=SHAPE, chunk_size=CHUNK,
+                  encoding="raw", sharding={**SPEC, "data_encoding": "raw"})
+    a = np.random.default_rng(seed).integers(1, 2**32, (*SHAPE, 1), dtype=np.uint32)
+    Volume(url)[...] = a
+    return a
+
+
+def _reads_after_a_rewrite(reader: Volume, writer_url: str, a: np.ndarray, fs_class: type,
+                           monkeypatch) -> None:
+    """``reader`` caches its indexes, another writer rewrites the shard, and ``reader`` still
+    reads the right data; its reads make no metadata requests of ``fs_class``."""
+
+    def no_metadata_requests(*args, **kwargs):
+        raise AssertionError("a metadata request")
+
+    monkeypatch.setattr(fs_class, "_info", no_metadata_requests)
+    for box in BOXES:  # shard and minishard indexes now cached
+        assert np.array_equal(reader[box], a[box])
+    monkeypatch.undo()
+    Volume(writer_url).delete(BOXES[0])  # another writer: the first chunk leaves the shard,
+    a[BOXES[0]] = 0  # so every other chunk moves
+    monkeypatch.setattr(fs_class, "_info", no_metadata_requests)
+    for box in BOXES:
+        assert np.array_equal(reader[box], a[box])
+    monkeypatch.undo()
+
+
 def test_readers_see_rewritten_shards_without_extra_requests(bucket, monkeypatch):
     """A reader with cached shard and minishard indexes reads correctly after another
     writer rewrites a shard: its reads carry the ETag of the index (If-Match), the stale
-    index is dropped and read again.  Raw data encoding, so stale offsets would not fail
-    to decode: they would read other chunks' bytes."""
+    index is dropped and read again."""
     url = bucket + "/vol"
-    Volume.create(url, type="segmentation", data_type="uint32", size=SHAPE, chunk_size=CHUNK,
-                  encoding="raw", sharding={**SPEC, "data_encoding": "raw"})
-    rng = np.random.default_rng(0)
-    a = rng.integers(1, 2**32, (*SHAPE, 1), dtype=np.uint32)
-    Volume(url)[...] = a
+    a = _sharded_volume(url, 0)
     store = FsspecStore(url)
     assert store.version("1_1_1/0.shard") is None  # no metadata request: the reads say
     [(_, etag)] = store.get_many_versioned([("1_1_1/0.shard", (0, 8))])
     assert etag
     assert FsspecStore(url, check_versions=True).version("1_1_1/0.shard") == etag
     assert FsspecStore(url, check_versions=True).version("1_1_1/nothing") == ()
-    reader = Volume(store)
-
-    def no_metadata_requests(*args, **kwargs):
-        raise AssertionError("a metadata request")
-
-    monkeypatch.setattr(type(store.fs), "_info", no_metadata_requests)
-    for box in BOXES:  # shard and minishard indexes now cached
-        assert np.array_equal(reader[box], a[box])
-    monkeypatch.undo()
-    Volume(url).delete(BOXES[0])  # another writer: the first chunk leaves the shard,
-    a[BOXES[0]] = 0  # so every other chunk moves
-    monkeypatch.setattr(type(store.fs), "_info", no_metadata_requests)
-    for box in BOXES:
-        assert np.array_equal(reader[box], a[box])
+    _reads_after_a_rewrite(Volume(store), url, a, type(store.fs), monkeypatch)
 
 
 def test_http_readers_see_rewritten_shards_without_extra_requests(s3, bucket, monkeypatch):
@@ -226,11 +238,7 @@ def test_http_readers_see_rewritten_shards_without_extra_requests(s3, bucket, mo
     from fsspec.implementations.http import HTTPFileSystem
 
     url = bucket + "/vol"
-    Volume.create(url, type="segmentation", data_type="uint32", size=SHAPE, chunk_size=CHUNK,
-                  encoding="raw", sharding={**SPEC, "data_encoding": "raw"})
-    rng = np.random.default_rng(1)
-    a = rng.integers(1, 2**32, (*SHAPE, 1), dtype=np.uint32)
-    Volume(url)[...] = a
+    a = _sharded_volume(url, 1)
     http = public_http_url(s3, bucket) + "/vol"
     store = FsspecStore(http)
     assert store.read_only and store.version("1_1_1/0.shard") is None
@@ -239,18 +247,7 @@ def test_http_readers_see_rewritten_shards_without_extra_requests(s3, bucket, mo
     assert FsspecStore(http, check_versions=True).version("1_1_1/0.shard") == etag
     with pytest.raises(VersionChangedError):
         store.get_many_if([("1_1_1/0.shard", (0, 8))], {"1_1_1/0.shard": '"not-its-etag"'})
-    reader = Volume(store)
-
-    def no_metadata_requests(*args, **kwargs):
-        raise AssertionError("a metadata request")
-
-    for box in BOXES:  # shard and minishard indexes now cached
-        assert np.array_equal(reader[box], a[box])
-    Volume(url).delete(BOXES[0])  # another writer: the first chunk leaves the shard,
-    a[BOXES[0]] = 0  # so every other chunk moves
-    monkeypatch.setattr(HTTPFileSystem, "_info", no_metadata_requests)
-    for box in BOXES:
-        assert np.array_equal(reader[box], a[box])
+    _reads_after_a_rewrite(Volume(store), url, a, HTTPFileSystem, monkeypatch)
     unchecked = Volume(FsspecStore(http, versioned_reads=False))
     assert np.array_equal(unchecked[BOXES[1]], a[BOXES[1]])
 

@@ -28,8 +28,8 @@ from shardvol.kvstore.base import (
     normalize_request,
     process_lock,
 )
-from shardvol.kvstore.http_versioned import HttpVersionedReads, strong_etag
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
+from shardvol.kvstore.versioned_reads import HttpVersionedReads, strong_etag
 
 READ_ONLY_PROTOCOLS = {"http", "https"}
 # what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)

@@ -8,19 +8,16 @@ do MinIO and moto; a store that ignores the conditions would make the lease unsa
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fsspec.asyn import sync
 
 from shardvol.errors import ByteRangeError, StoreError
-from shardvol.kvstore.http_versioned import range_header
+from shardvol.kvstore.versioned_reads import range_header, read_each
 
 # The condition failed (412), or a concurrent conditional write won (409).
 _CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
 _MISSING = {"NoSuchKey", "404"}
-# Ranged GETs in flight at once, per call of read().
-_READ_CONCURRENCY = 64
 
 
 class S3ConditionalObjects:
@@ -72,17 +69,7 @@ class S3ConditionalObjects:
         return sync(self.fs.loop, self._read_all, client, requests)
 
     async def _read_all(self, client: Any, requests: list) -> list[tuple[Any, str | None]]:
-        gate = asyncio.Semaphore(_READ_CONCURRENCY)
-
-        async def one(path: str, byte_range: tuple[int, int | None] | None,
-                      etag: str | None) -> tuple[Any, str | None]:
-            async with gate:
-                try:
-                    return await self._read_one(client, path, byte_range, etag)
-                except Exception as e:  # noqa: BLE001 - reported per request, as fsspec's cat_ranges does
-                    return e, None
-
-        return list(await asyncio.gather(*(one(*r) for r in requests)))
+        return await read_each(lambda *r: self._read_one(client, *r), requests)
 
     async def _read_one(self, client: Any, path: str, byte_range: tuple[int, int | None] | None,
                         etag: str | None) -> tuple[Any, str | None]:

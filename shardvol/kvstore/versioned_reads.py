@@ -1,4 +1,5 @@
-"""Versioned ranged reads over HTTP(S) through fsspec's aiohttp session.
+"""Versioned ranged reads over HTTP(S) through fsspec's aiohttp session, and the helpers
+they share with S3's (see s3_conditional).
 
 Each response's strong ``ETag`` is the value's version, and a read that must find a
 version sends it as ``If-Match``: a server that replaced the file answers 412, which
@@ -10,6 +11,7 @@ that send no ETag, or ignore ``If-Match``, read as before (unchecked).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fsspec.asyn import sync
@@ -33,6 +35,24 @@ def range_header(byte_range: tuple[int, int | None]) -> str:
     return f"bytes={start}-" + ("" if stop is None else str(stop - 1))
 
 
+ReadResult = tuple[Any, "str | None"]  # (bytes or the exception, ETag or None)
+
+
+async def read_each(one: Callable[..., Awaitable[ReadResult]], requests: list) -> list[ReadResult]:
+    """``one(*request)`` for every request, at most _READ_CONCURRENCY at a time; an exception
+    is returned in place of its result (as fsspec's cat_ranges reports per request)."""
+    gate = asyncio.Semaphore(_READ_CONCURRENCY)
+
+    async def guarded(request: tuple) -> ReadResult:
+        async with gate:
+            try:
+                return await one(*request)
+            except Exception as e:  # noqa: BLE001 - reported per request
+                return e, None
+
+    return list(await asyncio.gather(*(guarded(r) for r in requests)))
+
+
 class HttpVersionedReads:
     """Ranged GETs on an ``fsspec`` HTTP filesystem that return each response's ETag."""
 
@@ -47,19 +67,9 @@ class HttpVersionedReads:
         response's strong ETag or None)``, the requests sent concurrently."""
         return sync(self.fs.loop, self._read_all, requests)
 
-    async def _read_all(self, requests: list) -> list[tuple[Any, str | None]]:
+    async def _read_all(self, requests: list) -> list[ReadResult]:
         session = await self.fs.set_session()
-        gate = asyncio.Semaphore(_READ_CONCURRENCY)
-
-        async def one(url: str, byte_range: tuple[int, int | None] | None,
-                      etag: str | None) -> tuple[Any, str | None]:
-            async with gate:
-                try:
-                    return await self._read_one(session, url, byte_range, etag)
-                except Exception as e:  # noqa: BLE001 - reported per request, as fsspec's cat_ranges does
-                    return e, None
-
-        return list(await asyncio.gather(*(one(*r) for r in requests)))
+        return await read_each(lambda *r: self._read_one(session, *r), requests)
 
     async def _read_one(self, session: Any, url: str, byte_range: tuple[int, int | None] | None,
                         etag: str | None) -> tuple[Any, str | None]:
