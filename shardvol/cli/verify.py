@@ -1,5 +1,6 @@
 """``shardvol verify URL``: read random regions with shardvol and TensorStore and compare.
 
+Every scale of a precomputed volume, or a Zarr v3 array (any number of dimensions).
 Exit code 1 if any region differs (or TensorStore cannot open the volume).
 """
 
@@ -7,30 +8,48 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from shardvol.cli.common import command, note, positive_int, progress
-from shardvol.errors import ShardvolError
+from shardvol.errors import InvalidArgumentError, ShardvolError
 from shardvol.kvstore import url_scheme
+from shardvol.opener import open as open_any
+from shardvol.opener import split_format
 from shardvol.volume import Volume
+from shardvol.zarr3 import ZarrArray
 
-Region = tuple[slice, slice, slice]
+Region = tuple[slice, ...]
 
 
 def register(subparsers: Any) -> None:
     p = command(subparsers, "verify", run, help="compare random reads with TensorStore",
                 description=__doc__)
-    p.add_argument("url", help="volume path or URL")
+    p.add_argument("url", help="volume or Zarr v3 array path or URL")
     p.add_argument("--samples", type=positive_int, default=10,
                    help="random regions per scale (10)")
     p.add_argument("--mip", type=int, action="append",
                    help="scale index to check (repeatable; default: every scale)")
-    p.add_argument("--region", type=positive_int, nargs=3, metavar=("X", "Y", "Z"),
-                   help="region size in voxels (default: twice the chunk size)")
+    p.add_argument("--region", type=positive_int, nargs="+", metavar="N",
+                   help="region size in voxels, one per axis (default: twice the chunk size)")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+
+
+@dataclass
+class Target:
+    """One array to check: a precomputed scale (x, y, z; the channel axis read whole) or a
+    Zarr array (every axis)."""
+
+    name: str
+    read: Callable[[Region], np.ndarray]
+    ts_spec: dict
+    start: Sequence[int]
+    stop: Sequence[int]
+    chunk: Sequence[int]
+    axes: str  # how a difference names its coordinates
 
 
 def tensorstore_kvstore(url: str) -> str:
@@ -41,20 +60,44 @@ def tensorstore_kvstore(url: str) -> str:
     return url.rstrip("/") + "/"
 
 
-def random_regions(vol: Volume, n: int, size: Sequence[int] | None,
+def targets(opened: Volume | ZarrArray, url: str, mips: list[int] | None) -> list[Target]:
+    """What to check of the volume or array at ``url``."""
+    uncached = {"cache_pool": {"total_bytes_limit": 0}}
+    kvstore = tensorstore_kvstore(url)
+    if isinstance(opened, ZarrArray):
+        if mips is not None:
+            raise InvalidArgumentError("--mip applies to precomputed volumes, not Zarr arrays")
+        spec = {"driver": "zarr3", "kvstore": kvstore, "context": uncached}
+        return [Target("array", opened.__getitem__, spec, (0,) * opened.ndim, opened.shape,
+                       opened.chunks, "index")]
+    out = []
+    for mip in mips if mips is not None else range(len(opened.mips)):
+        scale = opened.mip(mip)
+        spec = {"driver": "neuroglancer_precomputed", "kvstore": kvstore,
+                "scale_index": scale.mip_level, "context": uncached}
+        start, stop = scale.bounds
+        out.append(Target(f"scale {scale.scale.key}", scale.__getitem__, spec, start, stop,
+                          scale.chunk_size, "x,y,z"))
+    return out
+
+
+def random_regions(t: Target, n: int, size: Sequence[int] | None,
                    rng: np.random.Generator) -> list[Region]:
-    """``n`` random regions of ``vol``'s domain, unaligned to chunks, clipped at its end."""
-    start, stop = vol.bounds
-    size = size or [2 * c for c in vol.chunk_size]
+    """``n`` random regions of the target's domain, unaligned to chunks, clipped at its end."""
+    if size is not None and len(size) != len(t.start):
+        raise InvalidArgumentError(
+            f"--region gives {len(size)} sizes; {t.name} has {len(t.start)} axes")
+    size = size or [2 * c for c in t.chunk]
     regions = []
     for _ in range(n):
-        lo = [int(rng.integers(a, b)) for a, b in zip(start, stop)]
-        regions.append(tuple(slice(a, min(a + s, b)) for a, s, b in zip(lo, size, stop)))
-    return regions  # type: ignore[return-value]
+        lo = [int(rng.integers(a, b)) for a, b in zip(t.start, t.stop)]
+        regions.append(tuple(slice(a, min(a + s, b)) for a, s, b in zip(lo, size, t.stop)))
+    return regions
 
 
-def describe_difference(ours: np.ndarray, theirs: np.ndarray, region: Region) -> str:
-    """One line naming how many voxels differ and the first of them (global coordinates)."""
+def describe_difference(ours: np.ndarray, theirs: np.ndarray, region: Region,
+                        axes: str = "x,y,z") -> str:
+    """One line naming how many voxels differ and the first of them (domain coordinates)."""
     if ours.shape != theirs.shape:
         return f"shapes differ: shardvol {ours.shape}, TensorStore {theirs.shape}"
     diff = ours != theirs
@@ -62,8 +105,9 @@ def describe_difference(ours: np.ndarray, theirs: np.ndarray, region: Region) ->
         diff &= ~(np.isnan(ours) & np.isnan(theirs))
     where = np.argwhere(diff)
     first = tuple(int(i) for i in where[0])
-    at = [r.start + i for r, i in zip(region, first[:3])]
-    return (f"{len(where)} voxels differ; first at x,y,z={at} channel {first[3]}: "
+    at = [r.start + i for r, i in zip(region, first)]
+    channel = f" channel {first[3]}" if len(first) > len(region) else ""
+    return (f"{len(where)} voxels differ; first at {axes}={at}{channel}: "
             f"shardvol {ours[first]!r}, TensorStore {theirs[first]!r}")
 
 
@@ -76,33 +120,26 @@ def run(args: argparse.Namespace) -> int:
         import tensorstore as ts
     except ImportError:
         raise ShardvolError("verify needs TensorStore: pip install tensorstore") from None
-    vol = Volume(args.url)
-    mips = args.mip if args.mip is not None else range(len(vol.mips))
     rng = np.random.default_rng(args.seed)
-    kvstore = tensorstore_kvstore(args.url)
     failures = 0
-    for mip in mips:
-        scale = vol.mip(mip)
+    _, location = split_format(args.url)  # without a precomputed:// or zarr3:// prefix
+    for t in targets(open_any(args.url), location, args.mip):
         try:
-            theirs_store = ts.open({
-                "driver": "neuroglancer_precomputed", "kvstore": kvstore,
-                "scale_index": scale.mip_level,
-                "context": {"cache_pool": {"total_bytes_limit": 0}},
-            }, read=True).result()
+            theirs_store = ts.open(t.ts_spec, read=True).result()
         except ValueError as e:  # TensorStore's errors derive from ValueError
-            raise ShardvolError(f"TensorStore cannot open scale {scale.scale.key}: {e}") from None
-        regions = random_regions(scale, args.samples, args.region, rng)
+            raise ShardvolError(f"TensorStore cannot open {t.name}: {e}") from None
+        regions = random_regions(t, args.samples, args.region, rng)
         bad = 0
-        for region in progress(regions, args.quiet, desc=f"scale {scale.scale.key}", unit="region"):
-            ours = scale[region]
+        for region in progress(regions, args.quiet, desc=t.name, unit="region"):
+            ours = t.read(region)
             theirs = theirs_store[region].read().result()
             if not _equal(ours, theirs):
                 bad += 1
                 bounds = ", ".join(f"{r.start}:{r.stop}" for r in region)
-                print(f"DIFFERENT scale {scale.scale.key} [{bounds}]: "
-                      f"{describe_difference(ours, theirs, region)}")
+                print(f"DIFFERENT {t.name} [{bounds}]: "
+                      f"{describe_difference(ours, theirs, region, t.axes)}")
         failures += bad
-        note(args, f"scale {scale.scale.key}: {len(regions) - bad} of {len(regions)} regions "
+        note(args, f"{t.name}: {len(regions) - bad} of {len(regions)} regions "
                    "identical to TensorStore")
     if failures:
         print(f"{failures} region(s) differ from TensorStore")
