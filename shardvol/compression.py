@@ -30,12 +30,13 @@ def gzip_compress(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
     return imagecodecs.gzip_encode(data, level=level)
 
 
-def check_level(level: object, what: str = "compress_level") -> int:
-    """``level`` as a gzip level in [0, MAX_LEVEL]; InvalidArgumentError naming ``what``."""
+def check_level(level: object) -> int:
+    """``level`` (a ``compress_level`` option) as a gzip level in [0, MAX_LEVEL]."""
     if isinstance(level, bool) or not isinstance(level, numbers.Integral) or not (
         0 <= int(level) <= MAX_LEVEL
     ):
-        raise InvalidArgumentError(f"{what} must be an integer in [0, {MAX_LEVEL}], got {level!r}")
+        raise InvalidArgumentError(
+            f"compress_level must be an integer in [0, {MAX_LEVEL}], got {level!r}")
     return int(level)
 
 

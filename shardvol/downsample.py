@@ -37,7 +37,6 @@ import numpy as np
 
 from shardvol._parallel import default_parallel
 from shardvol.buffered_store import BufferedChunkStore
-from shardvol.compression import DEFAULT_LEVEL
 from shardvol.downsample_kernels import METHODS, downsample_pyramid
 from shardvol.errors import InvalidArgumentError
 from shardvol.executor import run_tasks
@@ -91,7 +90,7 @@ class Task:
     fill_value: Any
     resume: bool
     z_grids: tuple[tuple[int, int], ...]  # (voxel offset, chunk size) along z of each target
-    compress_level: int = DEFAULT_LEVEL  # gzip level of the targets' gzip-encoded shard data
+    compress_level: int  # gzip level of the targets' gzip-encoded shard data
 
 
 def _owned(footprint: tuple[int, int], lo: int, hi: int, unit: int) -> tuple[int, int]:
@@ -104,7 +103,7 @@ def _owned(footprint: tuple[int, int], lo: int, hi: int, unit: int) -> tuple[int
 
 def plan_stage(url: str, source: Scale, targets: Sequence[Scale], factor: Sequence[int],
                method: str, fill_value: Any, resume: bool, slabs: int,
-               compress_level: int = DEFAULT_LEVEL) -> list[Task]:
+               compress_level: int) -> list[Task]:
     """Tasks of one stage: one per unit of the coarsest target (see the module doc)."""
     m = len(targets)
     coarse = targets[-1]

@@ -29,7 +29,7 @@ from shardvol.kvstore.base import (
     process_lock,
 )
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
-from shardvol.kvstore.versioned_reads import HttpVersionedReads, strong_etag
+from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
 
 READ_ONLY_PROTOCOLS = {"http", "https"}
 # what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)
@@ -75,17 +75,18 @@ class FsspecStore(KVStore):
         self.root = root.rstrip("/")
         self.url = url.rstrip("/")
         self.lease_ttl, self.lock_timeout = lease_ttl, lock_timeout
-        self._objects: ConditionalObjects | None = None
+        self._objects: ConditionalObjects | None = None  # for leases
+        # reads that return versions and may require one: (url, range, ETag) -> (value, ETag)
+        self._reads: VersionedReads | None = None
         if protocols & S3_PROTOCOLS:
             from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 
-            self._objects = S3ConditionalObjects(self.fs)
+            s3 = S3ConditionalObjects(self.fs)
+            self._objects = s3
+            self._reads = s3 if versioned_reads else None
+        elif self.read_only and versioned_reads:  # http(s)
+            self._reads = HttpVersionedReads(self.fs)
         self.locks_across_processes = self._objects is not None
-        # reads that return versions and may require one: (url, range, ETag) -> (value, ETag)
-        self._reads: S3ConditionalObjects | HttpVersionedReads | None = None
-        if versioned_reads:
-            self._reads = (HttpVersionedReads(self.fs) if self.read_only
-                           else self._objects)  # type: ignore[assignment]
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
 

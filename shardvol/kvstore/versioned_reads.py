@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from fsspec.asyn import sync
 
@@ -51,6 +51,16 @@ async def read_each(one: Callable[..., Awaitable[ReadResult]], requests: list) -
                 return e, None
 
     return list(await asyncio.gather(*(guarded(r) for r in requests)))
+
+
+class VersionedReads(Protocol):
+    """Reads that return each response's version and may require one (S3's, HTTP's)."""
+
+    def read(
+        self, requests: list[tuple[str, tuple[int, int | None] | None, str | None]]
+    ) -> list[ReadResult]:
+        """``(path, byte range or None, ETag required or None)`` -> ``(bytes or the
+        exception, ETag or None)`` of each request."""
 
 
 class HttpVersionedReads:

@@ -127,14 +127,14 @@ class ShardReader:
     memory, 1 MiB for remote stores.  Caches hold shard indexes by file
     name and minishard indexes by (file name, minishard).
 
-    Where the store has version tokens (local files, memory, S3), data read from a
+    Where the store has version tokens (local files, memory, S3, HTTP), data read from a
     file that was replaced after its index was read is read again: another writer
     (thread or process) rewriting a shard never makes a reader return mixed bytes.
     Local files and memory also check a cached index against its file before each use
-    (a stat), so reads return the newest data.  On S3 each read carries the version of
-    the index it relies on (``If-Match``, no extra requests): a cached index serves
-    until a read finds its file replaced.  On other stores call :meth:`invalidate`
-    after the shard files change.
+    (a stat), so reads return the newest data.  On S3, and HTTP(S) servers with strong
+    ETags, each read carries the version of the index it relies on (``If-Match``, no
+    extra requests): a cached index serves until a read finds its file replaced.  On
+    other stores call :meth:`invalidate` after the shard files change.
     """
 
     def __init__(
@@ -319,7 +319,7 @@ class ShardReader:
         missing = []
         for i, fn in enumerate(filenames):
             entry = self.shard_index_cache.get(fn)
-            # where version() cannot tell (S3 by default), versioned reads check instead
+            # where version() cannot tell (S3, HTTP by default), versioned reads check instead
             if entry is not None and self.store.still_at(self._data_key(fn, entry.shard),
                                                          entry.version):
                 out[i] = entry
