@@ -35,25 +35,23 @@ def test_other_writer_rewrites_a_cached_shard(tmp_path, make_store):
     assert reader.get_data_many(range(60)) == {}
 
 
-class SwapAfterFirstDataRead(FileStore):
-    """Replaces the shard file right after the first data read (a writer racing the reader)."""
+class SwapBeforeFirstDataRead(FileStore):
+    """Replaces the shard file just before the first data read opens it (a writer racing
+    the reader, between its index and data reads)."""
 
     swapped = False
 
-    def get_many(self, requests):
-        out = super().get_many(requests)
-        reqs = list(requests)
-        if not self.swapped and any(r[1] and r[1][0] >= SPEC.index_length for r in reqs
-                                    if not isinstance(r, str)):
+    def _read_file(self, key, ranges):
+        if not self.swapped and any(r and r[0] >= SPEC.index_length for r in ranges):
             self.swapped = True
             write_shards(FileStore(self.root), SPEC, contents(3))
-        return out
+        return super()._read_file(key, ranges)
 
 
 @pytest.mark.parametrize("streaming", [False, True])
 def test_shard_replaced_between_index_and_data_reads(tmp_path, streaming):
     write_shards(FileStore(str(tmp_path)), SPEC, contents(1))
-    store = SwapAfterFirstDataRead(str(tmp_path))
+    store = SwapBeforeFirstDataRead(str(tmp_path))
     reader = ShardReader(store, SPEC)
     got = dict(reader.iter_data_many(range(40))) if streaming else reader.get_data_many(range(40))
     assert store.swapped
@@ -92,14 +90,12 @@ class RefreshDuringMinishardRead(FileStore):
         super().__init__(root)
         self.reader = None
 
-    def get_many(self, requests):
-        reqs = list(requests)
-        minishard_read = any(not isinstance(r, str) and r[1] and r[1][0] > 0 for r in reqs)
-        if self.reader is not None and minishard_read:
+    def _read_file(self, key, ranges):
+        if self.reader is not None and any(r and r[0] > 0 for r in ranges):  # minishard index
             reader, self.reader = self.reader, None
             write_shards(FileStore(self.root), SPEC, contents(2))
             assert reader.get_data_many(range(40)) == contents(2)
-        return super().get_many(reqs)
+        return super()._read_file(key, ranges)
 
 
 @pytest.mark.parametrize("call", ["get", "stream", "exists", "labels"])

@@ -24,10 +24,10 @@ import os
 import stat
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from urllib.parse import unquote, urlparse
 
-from shardvol.errors import InvalidKeyError, StoreError
+from shardvol.errors import InvalidKeyError, StoreError, VersionChangedError
 from shardvol.kvstore.base import (
     HIDDEN_PREFIX,
     ByteRange,
@@ -43,6 +43,7 @@ from shardvol.kvstore.base import (
 
 _TMP = HIDDEN_PREFIX + "tmp."
 _LOCK_FILE = HIDDEN_PREFIX + "locks"
+_PATH_CACHE_SIZE = 1 << 16
 
 
 def path_from_url(url: str) -> str:
@@ -65,34 +66,43 @@ class FileStore(KVStore):
         self.root = os.path.abspath(os.path.expanduser(path_from_url(root)))
         self.url = "file://" + self.root
         self.fsync = fsync
+        self._paths: dict[str, str] = {}  # key -> path, saving the check and join per read
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *check_key(key).split("/"))
+        path = self._paths.get(key)
+        if path is None:
+            if len(self._paths) >= _PATH_CACHE_SIZE:
+                self._paths.clear()
+            path = self._paths[key] = os.path.join(self.root, *check_key(key).split("/"))
+        return path
 
     def file_path(self, key: str) -> str:
         return self._path(key)
 
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
-        return self._get_ranges(key, [byte_range])[0]
+        return self._read_file(key, [byte_range])[0][0]
 
-    def _get_ranges(self, key: str, ranges: list[ByteRange | None]) -> list[bytes | None]:
-        """Several ranges of one file, opened once."""
+    def _read_file(
+        self, key: str, ranges: list[ByteRange | None]
+    ) -> tuple[list[bytes | None], tuple[int, ...]]:
+        """Several ranges of one file, opened once, and the version of the file they were
+        read from (its descriptor's :meth:`version` tuple; () if absent)."""
         path = self._path(key)
         try:
             fd = os.open(path, os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return [None] * len(ranges)
+            return [None] * len(ranges), ()
         except OSError as e:
             raise StoreError(f"cannot read {key!r} in {self.url}: {e}") from e
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
             out: list[bytes | None] = []
             for byte_range in ranges:
-                start, stop = resolve_range(byte_range, size, key)
+                start, stop = resolve_range(byte_range, st.st_size, key)
                 out.append(_pread_all(fd, stop - start, start, key))
-            return out
+            return out, _version(st)
         except IsADirectoryError:
-            return [None] * len(ranges)
+            return [None] * len(ranges), ()
         finally:
             os.close(fd)
 
@@ -103,8 +113,34 @@ class FileStore(KVStore):
     MAX_BATCHES = 2 * (os.cpu_count() or 1)
 
     def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
-        """Ranged reads in a few batches (each file opened once per batch), run concurrently
-        when there is enough to read; whole-file reads one per task."""
+        return [value for value, _ in self._read_many(requests)]
+
+    def get_many_versioned(
+        self, requests: Iterable[Request]
+    ) -> list[tuple[bytes | None, Hashable | None]]:
+        """Each value with the version of the very file it was read from."""
+        return self._read_many(requests)  # type: ignore[return-value]
+
+    def get_many_if(
+        self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
+    ) -> list[bytes | None]:
+        """Checked against the version of the file each value was read from (no extra
+        system call, and no window between the read and the check)."""
+        reqs = [normalize_request(r) for r in requests]
+        read = self._read_many(reqs)
+        for (key, _), (_, version) in zip(reqs, read):
+            expected = versions.get(key)
+            if expected is not None and version != expected:
+                raise VersionChangedError(
+                    f"{key!r} in {self.url} changed since version {expected!r}", key)
+        return [value for value, _ in read]
+
+    def _read_many(
+        self, requests: Iterable[Request]
+    ) -> list[tuple[bytes | None, tuple[int, ...]]]:
+        """(value, version of the file it was read from) of each request: ranged reads in
+        a few batches (each file opened once per batch), run concurrently when there is
+        enough to read; whole-file reads one per task."""
         reqs = [normalize_request(r) for r in requests]
         sizes = [
             r[1] - r[0] if r is not None and r[0] >= 0 and r[1] is not None else self.BATCH_BYTES
@@ -112,7 +148,7 @@ class FileStore(KVStore):
         ]
         n_batches = min(len(reqs), self.MAX_BATCHES, -(-sum(sizes) // self.BATCH_BYTES))
         if n_batches <= 1:
-            return self._get_batch(reqs)
+            return self._read_batch(reqs)
         target = sum(sizes) / n_batches
         batches: list[list[tuple[str, ByteRange | None]]] = [[]]
         filled = 0.0
@@ -122,16 +158,19 @@ class FileStore(KVStore):
                 filled = 0.0
             batches[-1].append(req)
             filled += size
-        return [v for batch in io_pool().map(self._get_batch, batches) for v in batch]
+        return [item for batch in io_pool().map(self._read_batch, batches) for item in batch]
 
-    def _get_batch(self, reqs: list[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+    def _read_batch(
+        self, reqs: list[tuple[str, ByteRange | None]]
+    ) -> list[tuple[bytes | None, tuple[int, ...]]]:
         by_key: dict[str, list[int]] = {}
         for i, (key, _) in enumerate(reqs):
             by_key.setdefault(key, []).append(i)
-        out: list[bytes | None] = [None] * len(reqs)
+        out: list[tuple[bytes | None, tuple[int, ...]]] = [(None, ())] * len(reqs)
         for key, idx in by_key.items():
-            for i, value in zip(idx, self._get_ranges(key, [reqs[i][1] for i in idx])):
-                out[i] = value
+            values, version = self._read_file(key, [reqs[i][1] for i in idx])
+            for i, value in zip(idx, values):
+                out[i] = (value, version)
         return out
 
     def set(self, key: str, value: bytes) -> None:
@@ -185,10 +224,9 @@ class FileStore(KVStore):
     def version(self, key: str) -> tuple[int, ...]:
         """(inode, mtime, size): an atomic replace always makes a new inode; () if absent."""
         try:
-            st = os.stat(self._path(key))
+            return _version(os.stat(self._path(key)))
         except (FileNotFoundError, NotADirectoryError):
             return ()
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
@@ -224,6 +262,10 @@ def _lock_offset(name: str) -> int:
     """The byte of the directory's lock file that stands for ``name`` (a 62-bit hash)."""
     digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 2
+
+
+def _version(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _create(path: str, directory: str) -> int:
