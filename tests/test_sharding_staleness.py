@@ -141,3 +141,19 @@ def test_memory_store_readers_never_see_new_bytes_under_the_old_version():
     write_shards(store, SPEC, contents(2))
     assert len(seen) == 1 and seen[0] in (contents(1), contents(2))
     assert reader.get_data_many(range(40)) == contents(2)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_keys_absent_from_a_cached_index_are_found_once_written(tmp_path, streaming):
+    store = FileStore(str(tmp_path))
+    reader = ShardReader(store, SPEC)
+
+    def read(keys):
+        got = reader.iter_data_many(keys) if streaming else reader.get_data_many(keys).items()
+        return {k: bytes(v) for k, v in got}
+
+    assert read([50]) == {}  # no shard file yet: its absence is cached
+    write_shards(store, SPEC, contents(1))
+    assert read([50]) == {}  # only keys 0-39: this index is cached
+    write_shards(store, SPEC, contents(2, 60))  # another writer adds key 50
+    assert read([50]) == {50: contents(2, 60)[50]}

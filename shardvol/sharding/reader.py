@@ -182,7 +182,7 @@ class ShardReader:
         keys = as_keys(keys)
         for _ in range(_ATTEMPTS):
             try:
-                loc = self._locate(keys)
+                loc = self._locate(keys, reading=True)
                 if len(loc.keys) == 0:
                     return {}
                 stored = self._read_data(loc)
@@ -209,7 +209,7 @@ class ShardReader:
         for _ in range(_ATTEMPTS):
             done: list[int] = []
             try:
-                loc = self._locate(pending)
+                loc = self._locate(pending, reading=True)
                 for i, blob in self._iter_read_data(loc, group_bytes=self.max_read):
                     if gzip:
                         blob = gzip_decompress(blob, _value_name(loc, i), ShardFormatError)
@@ -310,18 +310,19 @@ class ShardReader:
         """The file holding ``filename``'s data (itself unless in the obsolete layout)."""
         return shard.data_key if shard is not None else filename
 
-    def _shard_infos(self, filenames: list[str]) -> list[_Cached]:
+    def _shard_infos(self, filenames: list[str], check: bool = True) -> list[_Cached]:
         """Shard index of each file (shard None when absent), through the cache.
 
-        A cached index whose file has another version now is dropped and read again.
+        With ``check``, a cached index whose file has another version now is dropped and
+        read again (else the caller checks, see :meth:`_locate`).
         """
         out: list[_Cached] = [None] * len(filenames)  # type: ignore[list-item]
         missing = []
         for i, fn in enumerate(filenames):
             entry = self.shard_index_cache.get(fn)
             # where version() cannot tell (S3, HTTP by default), versioned reads check instead
-            if entry is not None and self.store.still_at(self._data_key(fn, entry.shard),
-                                                         entry.version):
+            if entry is not None and (not check or self.store.still_at(
+                    self._data_key(fn, entry.shard), entry.version)):
                 out[i] = entry
             else:
                 if entry is not None:
@@ -433,8 +434,13 @@ class ShardReader:
 
     # -- lookup --------------------------------------------------------------------------
 
-    def _locate(self, keys: Any) -> _Located:
-        """Find the data byte ranges of the present keys among ``keys``."""
+    def _locate(self, keys: Any, reading: bool = False) -> _Located:
+        """Find the data byte ranges of the present keys among ``keys``.
+
+        ``reading``: the caller reads the data found, with versioned reads, which check
+        the files they read; cached indexes are then checked against their files (a
+        stat each) only for files none of whose keys were found (raising _Stale).
+        """
         keys = np.sort(as_keys(keys))
         keys = keys[np.r_[True, keys[1:] != keys[:-1]]] if len(keys) else keys
         shard_no, minishard = self.spec.shard_and_minishard(keys)
@@ -452,13 +458,15 @@ class ShardReader:
         g_minishard = minishard[order][new].tolist()
         ushards, g_shard_idx = np.unique(g_shard, return_inverse=True)
         files = [self.spec.shard_filename(s) for s in ushards.tolist()]
-        cached = self._shard_infos(files)
+        cached = self._shard_infos(files, check=not reading)
         infos = [c.shard for c in cached]
         present = [g for g, s in enumerate(g_shard_idx.tolist()) if infos[s] is not None]
         g_info = [infos[s] for s in g_shard_idx.tolist()]
         msis = self._minishard_indexes([(g_info[g], g_minishard[g]) for g in present])
         counts = np.fromiter((len(msi.ids) for msi in msis), dtype=np.intp, count=len(msis))
         if counts.sum() == 0:
+            if reading:
+                self._check_unread(files, cached, set())
             empty = np.zeros(0, dtype=np.uint64)
             return _Located(empty, empty, empty, empty, empty.astype(np.intp), [], [])
         e_group = np.repeat(np.array(present, dtype=np.uint64), counts)
@@ -469,6 +477,9 @@ class ShardReader:
         pos_ok = np.minimum(pos, len(e_ids) - 1)
         hit = (pos < len(e_ids)) & (e_ids[pos_ok] == keys) & (e_group[pos_ok] == group_of_key)
         e = pos[hit]
+        if reading:
+            read = g_shard_idx[group_of_key[hit].astype(np.intp)]
+            self._check_unread(files, cached, set(read.tolist()))
         data_files: dict[str, int] = {}
         versions: list[Hashable | None] = []
         info_file = []
@@ -492,6 +503,15 @@ class ShardReader:
             list(data_files),
             versions,
         )
+
+    def _check_unread(self, files: list[str], cached: list[_Cached], read: set[int]) -> None:
+        """Raise _Stale if a file (by number in ``files``) not in ``read`` has another
+        version than its cached index (or, absent, exists now)."""
+        for s, (fn, entry) in enumerate(zip(files, cached)):
+            if s not in read:
+                data_key = self._data_key(fn, entry.shard)
+                if not self.store.still_at(data_key, entry.version):
+                    raise _Stale(data_key)
 
     # -- data ----------------------------------------------------------------------------
 
