@@ -106,6 +106,30 @@ def compressed_segmentation_decode(data: bytes, shape, block_size, dtype) -> np.
                         raise ValueError("table index past the end of the table")
                     out[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2], c] = table[idx.astype(np.int64)]
     return out
+def minishard_index_decode(buf: bytes, base: int) -> tuple[list[int], list[int], list[int]]:
+    """(keys, data starts, data sizes) of a raw minishard index, in Python integers, as the
+    sharded format words it; ValueError("duplicate" | "key overflow" | "offset overflow",
+    entry) where a key repeats or a sum passes 2**64 - 1."""
+    n = len(buf) // 24
+    words = [int.from_bytes(buf[8 * i : 8 * i + 8], "little") for i in range(3 * n)]
+    keys, starts, sizes = [], [], []
+    key, end = 0, base
+    for i in range(n):
+        if i and words[i] == 0:
+            raise ValueError("duplicate", i)
+        key += words[i]
+        start = end + words[n + i]
+        end = start + words[2 * n + i]
+        if key >= 2**64:
+            raise ValueError("key overflow", i)
+        if end >= 2**64:
+            raise ValueError("offset overflow", i)
+        keys.append(key)
+        starts.append(start)
+        sizes.append(words[2 * n + i])
+    return keys, starts, sizes
+
+
 def downsample(array: np.ndarray, factor, method: str, phase=(0, 0, 0)) -> np.ndarray:
     """Pool a 4-D (x, y, z, c) array block by block, as ``ts.downsample`` defines it.
 

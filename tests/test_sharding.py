@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shardvol import _reference
 from shardvol.compression import gzip_compress
 from shardvol.errors import InfoError, InvalidArgumentError, ShardFormatError
 from shardvol.kvstore import FileStore, KVStore, MemoryStore, PrefixStore
@@ -36,6 +37,7 @@ from shardvol.sharding import (
     update_shard,
     write_shards,
 )
+from shardvol.sharding.index import decode_minishard_indexes
 
 from .stores import Recording
 
@@ -616,6 +618,37 @@ def test_concurrent_updates_from_processes_lose_nothing(tmp_path):
 
 
 # -- bad input ---------------------------------------------------------------------------------
+
+
+_WORDS = st.one_of(st.integers(0, 300), st.integers(2**64 - 300, 2**64 - 1), st.just(0),
+                   st.integers(0, 2**64 - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(indexes=st.lists(st.lists(st.tuples(_WORDS, _WORDS, _WORDS), max_size=6), max_size=4),
+       base=st.one_of(st.integers(0, 1000), st.integers(0, 2**64 - 1)))
+def test_minishard_index_decoding_matches_the_reference(indexes, base):
+    """The C decoder against a pure-Python reading of the format, valid or not."""
+    bufs = [b"".join(struct.pack("<Q", w) for column in zip(*e) for w in column) if e else b""
+            for e in indexes]
+    spec = ShardingSpec(hash="identity", minishard_bits=2, shard_bits=0,
+                        minishard_index_encoding="raw")
+    expected, failure = [], None
+    for m, buf in enumerate(bufs):
+        try:
+            expected.append(_reference.minishard_index_decode(buf, base))
+        except ValueError as e:
+            failure = m, *e.args
+            break
+    if failure is None:
+        got = decode_minishard_indexes(bufs, spec, base, "s.shard", list(range(len(bufs))))
+        assert [tuple(v.tolist() for v in msi) for msi in got] == [tuple(e) for e in expected]
+    else:
+        m, kind, entry = failure
+        text = {"duplicate": "duplicate key", "key overflow": "key deltas overflow",
+                "offset overflow": "data offset/size sums overflow"}[kind]
+        with pytest.raises(ShardFormatError, match=rf"s\.shard: minishard {m}: {text}.* {entry}\)?$"):
+            decode_minishard_indexes(bufs, spec, base, "s.shard", list(range(len(bufs))))
 
 
 def put_u64(blob: bytes, offset: int, value: int) -> bytes:

@@ -1,5 +1,5 @@
 # Declarations of the plain C kernels in csrc/, all callable without the GIL.
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint8_t, uint64_t
 
 cdef extern from "sv_common.h":
     int SV_OK
@@ -22,3 +22,8 @@ cdef extern from "morton.h" nogil:
 cdef extern from "murmurhash3.h" nogil:
     uint64_t sv_murmurhash3_x86_128_u64(uint64_t key)
     int sv_murmurhash3_x86_128_u64_batch(const uint64_t *keys, size_t n, uint64_t *out)
+
+cdef extern from "minishard.h" nogil:
+    int sv_minishard_index_decode(const uint8_t *buf, size_t len, uint64_t base, uint64_t *ids,
+                                  uint64_t *starts, uint64_t *sizes, size_t n,
+                                  size_t *err_index)

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shardvol._ext import minishard as _minishard
 from shardvol._parallel import default_parallel, run_parallel
 from shardvol.compression import DEFAULT_LEVEL, gzip_compress, gzip_decompress
 from shardvol.errors import InvalidArgumentError, ShardFormatError
@@ -87,77 +88,26 @@ def decode_minishard_index(
 def decode_minishard_indexes(
     bufs: list, spec: ShardingSpec, base: int, filename: str, minishards: list[int]
 ) -> list[MinishardIndex]:
-    """Decode several minishard indexes of one file at once (vectorised over all entries).
+    """Decode several minishard indexes of one file at once (in C, csrc/minishard.c).
 
     Key deltas must sum to strictly increasing keys (a repeat is a duplicate key),
     and no sum of key deltas or of ``base`` + data offsets and sizes may exceed
     2**64 - 1.
     """
-    raws = []
-    for buf, m in zip(bufs, minishards):
-        if spec.minishard_index_encoding == "gzip":
-            buf = gzip_decompress(
-                buf, f"{filename}: minishard {m}: minishard index", ShardFormatError
-            )
-        if len(buf) % 24:
-            raise ShardFormatError(
-                f"{filename}: minishard {m}: minishard index length {len(buf)} is not a "
-                "multiple of 24"
-            )
-        raws.append(buf)
-    counts = np.fromiter((len(r) // 24 for r in raws), dtype=np.intp, count=len(raws))
-    total = int(counts.sum())
-    if total == 0:
-        return [EMPTY_MINISHARD] * len(raws)
-    flat = np.frombuffer(b"".join(raws), dtype=_U64)
-    ends = np.cumsum(counts)
-    firsts = ends - counts  # entry number of each index's first entry
-    seg = np.repeat(np.arange(len(raws)), counts)  # index number of each entry
-    # an index of n entries holds [ids (n), offset deltas (n), sizes (n)] at 3 * its first entry
-    where = np.arange(total) + 2 * firsts[seg]
-    n_of = counts[seg]
-    first_flags = np.zeros(total, dtype=bool)
-    first_flags[firsts[counts > 0]] = True
-
-    ids = _segment_cumsum(flat[where], firsts, counts)
-    bad = ~first_flags[1:] & (ids[1:] <= ids[:-1])
-    if bad.any():
-        i = int(np.argmax(bad)) + 1
-        what = "duplicate key" if ids[i] == ids[i - 1] else "key deltas overflow uint64 at key"
-        raise ShardFormatError(
-            f"{filename}: minishard {minishards[seg[i]]}: {what} {int(ids[i])} "
-            f"(entry {i - firsts[seg[i]]})"
-        )
-    # data positions: base, +gap0 -> start0, +size0 -> end0, +gap1 -> start1, ...
-    steps = np.empty(2 * total, dtype=np.uint64)
-    steps[0::2] = flat[where + n_of]
-    steps[1::2] = flat[where + 2 * n_of]
-    pos = _segment_cumsum(steps, 2 * firsts, 2 * counts) + np.uint64(base)
-    pos_first = np.zeros(2 * total, dtype=bool)
-    pos_first[0::2] = first_flags
-    # first of a segment: base + gap0 wraps iff it ends below base; later: each sum step
-    wrapped = np.r_[False, ~pos_first[1:] & (pos[1:] < pos[:-1])] | (pos_first & (pos < base))
-    if wrapped.any():
-        i = int(np.argmax(wrapped)) // 2
-        raise ShardFormatError(
-            f"{filename}: minishard {minishards[seg[i]]}: data offset/size sums overflow "
-            f"uint64 at entry {i - firsts[seg[i]]}"
-        )
-    starts, sizes = pos[0::2], steps[1::2]
-    return [
-        MinishardIndex(ids[a:b], starts[a:b], sizes[a:b]) if b > a else EMPTY_MINISHARD
-        for a, b in zip(firsts.tolist(), ends.tolist())
-    ]
-
-
-def _segment_cumsum(x: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Cumulative sums restarting at each segment (uint64, modulo 2**64)."""
-    total = np.cumsum(x, dtype=np.uint64)
-    before = np.zeros(len(counts), dtype=np.uint64)
-    nonempty = counts > 0
-    starts = firsts[nonempty]
-    before[nonempty] = np.where(starts > 0, total[np.maximum(starts - 1, 0)], 0)
-    return total - np.repeat(before, counts)
+    if spec.minishard_index_encoding == "gzip":
+        bufs = [
+            gzip_decompress(buf, f"{filename}: minishard {m}: minishard index", ShardFormatError)
+            for buf, m in zip(bufs, minishards)
+        ]
+    table, ends = _minishard.decode_minishard_indexes(
+        bufs, base, lambda i: f"{filename}: minishard {minishards[i]}"
+    )
+    ids, starts, sizes = table
+    out, a = [], 0
+    for b in ends:
+        out.append(MinishardIndex(ids[a:b], starts[a:b], sizes[a:b]) if b > a else EMPTY_MINISHARD)
+        a = b
+    return out
 
 
 def encode_minishard_index(
