@@ -23,6 +23,7 @@ def ext(name: str, *c_sources: str, libraries: tuple[str, ...] = ()) -> Extensio
 EXTENSIONS = [
     ext("morton", "morton.c"),
     ext("minishard", "minishard.c"),
+    ext("hugeblock", "hugeblock.c"),
     ext("hashing", "murmurhash3.c"),
     ext("cseg", "cseg.c"),
     ext("downsample", "downsample.c"),

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from shardvol._ext import hugeblock
 from shardvol._parallel import WorkEstimate, default_parallel, run_parallel
 from shardvol.chunkstore import ChunkCoord, ChunkRead, ChunkStore
 from shardvol.errors import InvalidArgumentError, MissingChunkError
@@ -117,10 +118,9 @@ class ChunkedArray:
         """The selected elements; dropped axes removed, ``order`` memory layout."""
         shape = tuple(a.count for a in sel)
         inside = selection_in_domain(sel, self.grid)
-        if inside:
-            out = np.empty(shape, self.dtype, order=self.order)
-        else:
-            out = np.full(shape, self.fill_value, self.dtype, order=self.order)
+        out = hugeblock.empty(shape, self.dtype, order=self.order)
+        if not inside:
+            np.copyto(out, self.fill_value, casting="unsafe")  # as np.full does
         parts = chunk_parts(sel, self.grid)
         if parts:
             self._read_parts(parts, out)

@@ -1,0 +1,30 @@
+/* Large output buffers in whole, aligned 2 MiB pages, with a small cache of freed ones.
+ *
+ * A fresh anonymous page costs the kernel a fault and zeroing on first touch.  In
+ * 2 MiB transparent huge pages that costs about two thirds of what 4 KiB pages
+ * (or partly covered huge pages) cost, but only pages fully inside a mapping and
+ * aligned to 2 MiB can be huge: blocks are mapped so, rounded up to whole 2 MiB
+ * pages, and advised for huge pages (MADV_HUGEPAGE; a no-op where the kernel's
+ * setting is "never").  Freed blocks are kept, up to SV_HUGEBLOCK_CACHE_BYTES in
+ * all, for later blocks of up to their size and at least half of it (their pages
+ * are then already present); the others are unmapped at once.
+ *
+ * Thread-safe.  After fork() a child starts with an empty cache.
+ */
+#ifndef SHARDVOL_HUGEBLOCK_H
+#define SHARDVOL_HUGEBLOCK_H
+
+#include "sv_common.h"
+
+#define SV_HUGEBLOCK_PAGE ((size_t)2 << 20)
+#define SV_HUGEBLOCK_CACHE_BYTES ((size_t)64 << 20)
+
+/* A block of at least `size` bytes (size > 0), aligned to SV_HUGEBLOCK_PAGE; its
+ * capacity (a multiple of SV_HUGEBLOCK_PAGE) goes to *capacity.  Contents are
+ * unspecified (zero when freshly mapped).  NULL when out of memory. */
+void *sv_hugeblock_alloc(size_t size, size_t *capacity);
+
+/* Give back a block from sv_hugeblock_alloc with the capacity it reported. */
+void sv_hugeblock_free(void *block, size_t capacity);
+
+#endif

@@ -1,0 +1,57 @@
+"""Large output arrays in aligned 2 MiB pages, freed ones cached (csrc/hugeblock.h)."""
+import math
+
+import numpy as np
+from cpython.buffer cimport PyBUF_FORMAT
+
+from shardvol._ext.csrc_hugeblock cimport sv_hugeblock_alloc, sv_hugeblock_free
+
+#: Arrays of fewer bytes come from np.empty (two huge pages at least are worth a block).
+MIN_BYTES = 4 << 20
+
+
+cdef class _Block:
+    """Owns one block; exports its first ``size`` bytes as a writable buffer."""
+
+    cdef void *ptr
+    cdef size_t capacity
+    cdef Py_ssize_t size[1]
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        view.buf = self.ptr
+        view.obj = self
+        view.len = self.size[0]
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = NULL
+        if flags & PyBUF_FORMAT:
+            view.format = b"B"
+        view.ndim = 1
+        view.shape = self.size
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            with nogil:
+                sv_hugeblock_free(self.ptr, self.capacity)
+
+
+def empty(shape, dtype, order="C"):
+    """Like ``np.empty(shape, dtype, order=order)``; arrays of ``MIN_BYTES`` or more live in
+    a huge-page block (the array does not own its memory: its base keeps the block)."""
+    dtype = np.dtype(dtype)
+    cdef size_t nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < MIN_BYTES or dtype.hasobject:
+        return np.empty(shape, dtype, order=order)
+    cdef _Block block = _Block.__new__(_Block)
+    with nogil:
+        block.ptr = sv_hugeblock_alloc(nbytes, &block.capacity)
+    if block.ptr == NULL:
+        raise MemoryError(f"cannot allocate {nbytes} bytes")
+    block.size[0] = nbytes
+    return np.frombuffer(block, np.uint8).view(dtype).reshape(shape, order=order)

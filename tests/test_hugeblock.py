@@ -1,0 +1,97 @@
+"""Output arrays in huge-page blocks behave as np.empty's, also when blocks are reused."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+
+from shardvol import Volume
+from shardvol._ext import hugeblock
+
+PAGE = 2 << 20
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", ["uint8", "uint64", ">u4", "float32", "complex128"])
+def test_large_arrays_are_aligned_writable_and_shaped_like_np_empty(order, dtype):
+    shape = (160, 100, 100, 3)  # 4.8 MB in uint8
+    a = hugeblock.empty(shape, dtype, order=order)
+    b = np.empty(shape, dtype, order=order)
+    assert (a.shape, a.dtype, a.strides, a.flags.writeable) == (b.shape, b.dtype, b.strides, True)
+    assert a.ctypes.data % PAGE == 0
+    a[...] = np.arange(a.size, dtype=a.dtype).reshape(shape, order=order)
+    np.testing.assert_array_equal(a.ravel(order="K")[:5], np.arange(5))
+
+
+def test_small_and_object_arrays_come_from_numpy():
+    small = hugeblock.empty((10, 10), np.uint64, order="F")
+    assert small.flags.owndata and small.flags.f_contiguous
+    obj = hugeblock.empty((1 << 20,), object)
+    assert obj.flags.owndata and obj[0] is None  # numpy fills object arrays with None
+
+
+def test_views_keep_the_block_and_freed_blocks_never_alias_live_arrays():
+    shape = (100, 100, 100)
+    live = []
+    for i in range(40):  # more blocks than the cache keeps
+        a = hugeblock.empty(shape, np.uint64, order="F")
+        a[...] = i
+        live.append(a[::2, 3:7])  # a view: the block stays while the view lives
+        del a
+        if i % 3 == 0:
+            live.pop(0)  # its block goes back to the cache
+        for j, v in enumerate(live):
+            assert v.base is not None and (v == v.flat[0]).all()
+    assert len({int(v.flat[0]) for v in live}) == len(live)
+
+
+def test_threads_allocate_fill_and_free_blocks_concurrently():
+    errors = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(30):
+            n = int(rng.integers(1, 12)) << 20
+            a = hugeblock.empty((n,), np.uint8)
+            a[...] = seed
+            if not (a == seed).all():
+                errors.append(seed)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def _child_allocates(queue) -> None:
+    a = hugeblock.empty((1 << 23,), np.uint8)
+    a[...] = 7
+    queue.put(int(a.sum()))
+
+
+def test_a_forked_child_allocates_with_the_cache_it_inherits():
+    for _ in range(4):  # blocks in the parent's cache when it forks
+        hugeblock.empty((1 << 23,), np.uint8)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_child_allocates, args=(queue,))
+    p.start()
+    assert queue.get(timeout=60) == 7 << 23
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_volume_reads_partly_outside_fill_the_rest(tmp_path):
+    vol = Volume.create(str(tmp_path), size=(128, 128, 64), chunk_size=(64, 64, 64),
+                        data_type="uint64", type="segmentation", encoding="raw")
+    vol[...] = 5
+    for _ in range(3):  # reused blocks hold old voxels: the outside must still be the fill
+        out = Volume(str(tmp_path), fill_value=9, bounded=False)[0:138, 0:128, 0:64]
+        assert out.ctypes.data % PAGE == 0
+        assert (out[128:] == 9).all() and (out[:128] == 5).all()
+        del out
