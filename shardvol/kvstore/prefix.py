@@ -15,6 +15,8 @@ from shardvol.kvstore.base import (
     normalize_request,
 )
 
+_KEY_CACHE_SIZE = 1 << 16
+
 
 class PrefixStore(KVStore):
     """Keys of ``base`` under ``prefix/``, presented without the prefix."""
@@ -26,9 +28,15 @@ class PrefixStore(KVStore):
         self.read_only = base.read_only
         self.local = base.local
         self.locks_across_processes = base.locks_across_processes
+        self._keys: dict[str, str] = {}  # key -> base key, saving the check and join per read
 
     def _k(self, key: str) -> str:
-        return join_key(self.prefix, check_key(key))
+        full = self._keys.get(key)
+        if full is None:
+            if len(self._keys) >= _KEY_CACHE_SIZE:
+                self._keys.clear()
+            full = self._keys[key] = join_key(self.prefix, check_key(key))
+        return full
 
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         return self.base.get(self._k(key), byte_range)

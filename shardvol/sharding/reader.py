@@ -442,16 +442,14 @@ class ShardReader:
         stat each) only for files none of whose keys were found (raising _Stale).
         """
         keys = np.sort(as_keys(keys))
-        keys = keys[np.r_[True, keys[1:] != keys[:-1]]] if len(keys) else keys
+        keys = keys[_run_starts(keys)]
         shard_no, minishard = self.spec.shard_and_minishard(keys)
         mb = np.uint64(self.spec.minishard_bits)
         # (shard, minishard) as one uint64: shard_bits + minishard_bits <= 64
         group_key = (shard_no << mb) | minishard
         order = np.argsort(group_key)
         sorted_groups = group_key[order]
-        new = (
-            np.r_[True, sorted_groups[1:] != sorted_groups[:-1]] if len(keys) else np.zeros(0, bool)
-        )
+        new = _run_starts(sorted_groups)
         group_of_key = np.empty(len(keys), dtype=np.uint64)
         group_of_key[order] = np.cumsum(new) - 1
         g_shard = shard_no[order][new]
@@ -535,7 +533,7 @@ class ShardReader:
         ends = loc.starts + loc.sizes
         order = np.lexsort((loc.starts, loc.file))
         file_sorted = loc.file[order]
-        bounds = np.flatnonzero(np.r_[True, file_sorted[1:] != file_sorted[:-1], True]).tolist()
+        bounds = [*np.flatnonzero(_run_starts(file_sorted)).tolist(), len(file_sorted)]
         requests, placements = [], []
         for a, b in pairwise(bounds):
             key = loc.files[file_sorted[a]]
@@ -659,6 +657,14 @@ class _Run(NamedTuple):
     last: int  # one past its last range
     start: int
     stop: int
+
+
+def _run_starts(x: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of ``x`` starts (bool mask)."""
+    out = np.empty(len(x), dtype=bool)
+    out[:1] = True
+    np.not_equal(x[1:], x[:-1], out=out[1:])
+    return out
 
 
 def _composite(high: np.ndarray, low: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ bits ``[0, minishard_bits)`` give the minishard number and the next
 
 from __future__ import annotations
 
+import functools
 import json
 import numbers
 from dataclasses import asdict, dataclass
@@ -170,7 +171,7 @@ class ShardingSpec:
                 f"shard number {n} is outside [0, {self.num_shards}) for shard_bits "
                 f"{self.shard_bits}"
             )
-        return format(n, "x").zfill((self.shard_bits + 3) // 4) + ".shard"
+        return _shard_name(n, (self.shard_bits + 3) // 4)
 
     def filename(self, key: int) -> str:
         """Name of the shard file that holds ``key``."""
@@ -184,3 +185,8 @@ class ShardingSpec:
         from shardvol.sharding.writer import synthesize_shards
 
         return synthesize_shards(self, data)
+
+
+@functools.lru_cache(maxsize=4096)  # every read names the shard files of its keys
+def _shard_name(n: int, digits: int) -> str:
+    return format(n, "x").zfill(digits) + ".shard"
