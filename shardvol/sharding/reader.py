@@ -371,12 +371,18 @@ class ShardReader:
     # -- minishard indexes ---------------------------------------------------------------
 
     def _minishard_indexes(self, wanted: list[tuple[_Shard, int]]) -> list[MinishardIndex]:
-        """Decoded minishard index of each (shard, minishard), through the cache."""
+        """Decoded minishard index of each (shard, minishard), through the cache (whose
+        entries were checked when read; the others are checked here)."""
         out: list[MinishardIndex | None] = [None] * len(wanted)
         pending: dict[str, list[tuple[int, int, int, _Shard, int]]] = {}
         by_shard: dict[int, list[int]] = {}
+        cache = self.minishard_index_cache
         for i, (shard, m) in enumerate(wanted):
-            by_shard.setdefault(id(shard), []).append(i)
+            msi = cache.get((shard.filename, shard.version, m))
+            if msi is not None:
+                out[i] = msi
+            else:
+                by_shard.setdefault(id(shard), []).append(i)
         for idxs in by_shard.values():
             shard = wanted[idxs[0]][0]
             ms = np.array([wanted[i][1] for i in idxs], dtype=np.intp)
@@ -384,10 +390,6 @@ class ShardReader:
             for i, m, (start, end) in zip(idxs, ms.tolist(), ranges):
                 if start == end:
                     out[i] = EMPTY_MINISHARD
-                    continue
-                msi = self.minishard_index_cache.get((shard.filename, shard.version, m))
-                if msi is not None:
-                    out[i] = msi
                 else:
                     pos = shard.origin + start
                     pending.setdefault(shard.data_key, []).append(
