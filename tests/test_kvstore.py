@@ -15,9 +15,12 @@ from shardvol.errors import (
     InvalidKeyError,
     ReadOnlyStoreError,
     ShardvolError,
+    StoreError,
     VersionChangedError,
 )
 from shardvol.kvstore import FileStore, MemoryStore, open_store
+from shardvol.kvstore import file as file_store
+from shardvol.kvstore.base import resolve_range
 from shardvol.kvstore.fsspec_store import FsspecStore
 
 from .http_server import StaticServer
@@ -168,6 +171,30 @@ class TestFileStore(StoreContract):
         assert out == [VALUE[a:b] for _, (a, b) in reqs]
         with pytest.raises(ByteRangeError, match="f2"):
             s.get_many(reqs + [("f2", (len(VALUE) - 1, len(VALUE) + 1))])
+
+    def test_reads_report_the_version_of_the_file_read(self, tmp_path):
+        s = FileStore(str(tmp_path))
+        s.set("a/k", VALUE)
+        st = os.stat(tmp_path / "a" / "k")
+        [(value, version)] = s.get_many_versioned([("a/k", (3, 9))])
+        assert value == VALUE[3:9] and version == s.version("a/k")
+        assert version == (st.st_ino, st.st_mtime_ns, st.st_size)
+        assert s.get_many_versioned(["a", "a/k/x", "nope"]) == [(None, ())] * 3  # dir, file
+
+    def test_a_file_that_shrinks_or_cannot_be_opened_is_a_store_error(self, tmp_path,
+                                                                         monkeypatch):
+        (tmp_path / "k").write_bytes(VALUE)
+        s = FileStore(str(tmp_path))
+
+        def shrink_then_resolve(byte_range, size, key):
+            os.truncate(tmp_path / "k", 10)  # another program cuts the file once it is open
+            return resolve_range(byte_range, size, key)
+
+        monkeypatch.setattr(file_store, "resolve_range", shrink_then_resolve)
+        with pytest.raises(StoreError, match="'k' shrank while it was being read"):
+            s.get("k", (0, 100))
+        with pytest.raises(StoreError, match="cannot read"):
+            s.get("x" * 300)  # a name too long for the file system
 
     def test_atomic_write_leaves_no_temp_files(self, tmp_path):
         s = FileStore(str(tmp_path))
