@@ -157,3 +157,24 @@ def test_keys_absent_from_a_cached_index_are_found_once_written(tmp_path, stream
     assert read([50]) == {}  # only keys 0-39: this index is cached
     write_shards(store, SPEC, contents(2, 60))  # another writer adds key 50
     assert read([50]) == {50: contents(2, 60)[50]}
+
+
+@pytest.mark.parametrize("index_cache_size", [1, 512])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_remembered_positions_of_a_rewritten_shard_are_not_used(tmp_path, index_cache_size,
+                                                                streaming):
+    """Keys read before are located from where they were found (no index work); after
+    another writer moves every value, the same keys read the new values."""
+    spec = ShardingSpec.from_dict({**SPEC.to_dict(), "shard_bits": 1})  # two shard files
+    store = FileStore(str(tmp_path))
+    reader = ShardReader(store, spec, shard_index_cache_size=index_cache_size)
+
+    def read(keys):
+        got = reader.iter_data_many(keys) if streaming else reader.get_data_many(keys).items()
+        return {k: bytes(v) for k, v in got}
+
+    keys = list(range(40))
+    for version in (1, 2, 3):
+        write_shards(store, spec, contents(version))
+        assert read(keys) == contents(version)
+        assert read(keys) == contents(version)  # from the remembered positions

@@ -47,6 +47,8 @@ REMOTE_COALESCE_GAP = 1024 * 1024
 DEFAULT_MAX_READ = 32 * 1024 * 1024
 # Reads restart when a shard file is replaced under them; this many times at most.
 _ATTEMPTS = 8
+# Keys whose data positions a reader remembers at most (about 100 bytes each).
+_REMEMBER_LIMIT = 1 << 16
 
 
 class _Shard(NamedTuple):
@@ -125,7 +127,10 @@ class ShardReader:
     ``coalesce_gap``: byte ranges of one file closer than this are read as one
     request (at most ``max_read`` bytes); by default 16 KiB for local files and
     memory, 1 MiB for remote stores.  Caches hold shard indexes by file
-    name and minishard indexes by (file name, minishard).
+    name and minishard indexes by (file name, minishard); where stores have version
+    tokens, the data positions of keys read before are kept too (up to 65,536 keys),
+    so that reading them again skips the index lookups while their shard's cached index
+    has the same version.
 
     Where the store has version tokens (local files, memory, S3, HTTP), data read from a
     file that was replaced after its index was read is read again: another writer
@@ -150,6 +155,10 @@ class ShardReader:
         self.spec = spec if isinstance(spec, ShardingSpec) else ShardingSpec.from_dict(spec)
         self.shard_index_cache = LRU(shard_index_cache_size)
         self.minishard_index_cache = LRU(minishard_index_cache_size)
+        # where keys read before are: {shard filename: (version, data key, {key: (start,
+        # size)})}; used while the shard's cached index has that version (see _remembered)
+        self._where: dict[str, tuple[Hashable, str, dict[int, tuple[int, int]]]] = {}
+        self._where_count = 0
         if coalesce_gap is None:
             coalesce_gap = LOCAL_COALESCE_GAP if self.store.local else REMOTE_COALESCE_GAP
         self.coalesce_gap = int(coalesce_gap)
@@ -168,9 +177,11 @@ class ShardReader:
         if filename is None:
             self.shard_index_cache.clear()
             self.minishard_index_cache.clear()
+            self._where.clear()
         else:
             self.shard_index_cache.discard_if(lambda k: k == filename)
             self.minishard_index_cache.discard_if(lambda k: k[0] == filename)
+            self._where.pop(filename, None)
 
     def get_data(self, key: int) -> bytes | None:
         """The value of ``key``, or None if absent."""
@@ -446,6 +457,10 @@ class ShardReader:
         keys = np.sort(as_keys(keys))
         keys = keys[_run_starts(keys)]
         shard_no, minishard = self.spec.shard_and_minishard(keys)
+        if reading and self._where:
+            known = self._remembered(keys, shard_no, minishard)
+            if known is not None:
+                return known
         mb = np.uint64(self.spec.minishard_bits)
         # (shard, minishard) as one uint64: shard_bits + minishard_bits <= 64
         group_key = (shard_no << mb) | minishard
@@ -477,9 +492,12 @@ class ShardReader:
         pos_ok = np.minimum(pos, len(e_ids) - 1)
         hit = (pos < len(e_ids)) & (e_ids[pos_ok] == keys) & (e_group[pos_ok] == group_of_key)
         e = pos[hit]
+        starts = np.concatenate([msi.starts for msi in msis])[e]
+        sizes = np.concatenate([msi.sizes for msi in msis])[e]
         if reading:
             read = g_shard_idx[group_of_key[hit].astype(np.intp)]
             self._check_unread(files, cached, set(read.tolist()))
+            self._remember(files, cached, read, keys[hit], starts, sizes)
         data_files: dict[str, int] = {}
         versions: list[Hashable | None] = []
         info_file = []
@@ -497,8 +515,8 @@ class ShardReader:
         return _Located(
             keys[hit],
             minishard[hit],
-            np.concatenate([msi.starts for msi in msis])[e],
-            np.concatenate([msi.sizes for msi in msis])[e],
+            starts,
+            sizes,
             file_of_group[group_of_key[hit].astype(np.intp)],
             list(data_files),
             versions,
@@ -512,6 +530,60 @@ class ShardReader:
                 data_key = self._data_key(fn, entry.shard)
                 if not self.store.still_at(data_key, entry.version):
                     raise _Stale(data_key)
+
+    def _remember(self, files: list[str], cached: list[_Cached], read: np.ndarray,
+                  keys: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
+        """Keep where the found keys are (files by number ``read``), for _remembered."""
+        if self._where_count + len(keys) > _REMEMBER_LIMIT:
+            self._where.clear()
+            self._where_count = 0
+        for s, k, a, n in zip(read.tolist(), keys.tolist(), starts.tolist(), sizes.tolist()):
+            fn, entry = files[s], cached[s]
+            if entry.version is None or entry.shard is None:
+                continue  # the store cannot tell versions: nothing to check it against
+            table = self._where.get(fn)
+            if table is None or table[0] != entry.version:
+                table = self._where[fn] = (entry.version, entry.shard.data_key, {})
+            if k not in table[2]:
+                table[2][k] = (a, n)
+                self._where_count += 1
+
+    def _remembered(
+        self, keys: np.ndarray, shard_no: np.ndarray, minishard: np.ndarray
+    ) -> _Located | None:
+        """:meth:`_locate` of sorted distinct ``keys`` from where reads found them before,
+        or None unless every key was found in a shard whose cached index still has the
+        version it had then (its reads then check that version, as any read does)."""
+        tables: dict[int, tuple[int, dict[int, tuple[int, int]]]] = {}
+        data_keys: list[str] = []
+        versions: list[Hashable | None] = []
+        starts, sizes, file = [], [], []
+        for k, s in zip(keys.tolist(), shard_no.tolist()):
+            found = tables.get(s)
+            if found is None:
+                fn = self.spec.shard_filename(s)
+                table = self._where.get(fn)
+                entry = self.shard_index_cache.get(fn)
+                if table is None or entry is None or entry.version != table[0]:
+                    return None
+                found = tables[s] = (len(data_keys), table[2])
+                data_keys.append(table[1])
+                versions.append(table[0])
+            where = found[1].get(k)
+            if where is None:
+                return None
+            starts.append(where[0])
+            sizes.append(where[1])
+            file.append(found[0])
+        return _Located(
+            keys,
+            minishard,
+            np.array(starts, dtype=np.uint64),
+            np.array(sizes, dtype=np.uint64),
+            np.array(file, dtype=np.intp),
+            data_keys,
+            versions,
+        )
 
     # -- data ----------------------------------------------------------------------------
 
