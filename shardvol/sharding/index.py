@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
+from itertools import pairwise
 from typing import NamedTuple
 
 import numpy as np
@@ -172,6 +173,14 @@ def _gunzip_all(blobs: Sequence) -> list[bytes]:
     return [gzip_decompress(b, "data", ShardFormatError) for b in blobs]
 
 
+def run_starts(x: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of ``x`` starts (bool mask)."""
+    out = np.empty(len(x), dtype=bool)
+    out[:1] = True
+    np.not_equal(x[1:], x[:-1], out=out[1:])
+    return out
+
+
 def sort_entries(spec: ShardingSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(order, shard numbers, minishard numbers) sorting keys by shard, minishard, key."""
     shard, minishard = spec.shard_and_minishard(keys)
@@ -191,11 +200,10 @@ def assemble_shard(
     sizes = np.fromiter(map(len, blobs), dtype=np.uint64, count=n)
     ends = np.cumsum(sizes, dtype=np.uint64) + np.uint64(base)
     starts = ends - sizes
-    firsts = np.flatnonzero(np.r_[True, minishards[1:] != minishards[:-1]])
-    bounds = np.r_[firsts, n]
+    firsts = np.flatnonzero(run_starts(minishards))
     msis = [
         encode_minishard_index(spec, keys[a:b], starts[a:b], sizes[a:b], base)
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())
+        for a, b in pairwise([*firsts.tolist(), n])
     ]
     msi_sizes = np.fromiter(map(len, msis), dtype=np.uint64, count=len(msis))
     msi_ends = np.cumsum(msi_sizes, dtype=np.uint64) + (ends[-1] - np.uint64(base))

@@ -36,6 +36,7 @@ from shardvol.sharding.index import (
     decode_shard_index,
     decode_values,
     disassemble_shard,
+    run_starts,
 )
 from shardvol.sharding.lru import LRU
 from shardvol.sharding.spec import ShardingSpec, as_keys
@@ -135,8 +136,9 @@ class ShardReader:
     Where the store has version tokens (local files, memory, S3, HTTP), data read from a
     file that was replaced after its index was read is read again: another writer
     (thread or process) rewriting a shard never makes a reader return mixed bytes.
-    Local files and memory also check a cached index against its file before each use
-    (a stat), so reads return the newest data.  On S3, and HTTP(S) servers with strong
+    On local files and memory, reads return the newest data: the data reads check the
+    version of each file they read, and a cached index of a file none of whose keys
+    were found is checked against it (a stat).  On S3, and HTTP(S) servers with strong
     ETags, each read carries the version of the index it relies on (``If-Match``, no
     extra requests): a cached index serves until a read finds its file replaced.  On
     other stores call :meth:`invalidate` after the shard files change.
@@ -455,7 +457,7 @@ class ShardReader:
         stat each) only for files none of whose keys were found (raising _Stale).
         """
         keys = np.sort(as_keys(keys))
-        keys = keys[_run_starts(keys)]
+        keys = keys[run_starts(keys)]
         shard_no, minishard = self.spec.shard_and_minishard(keys)
         if reading and self._where:
             known = self._remembered(keys, shard_no, minishard)
@@ -466,7 +468,7 @@ class ShardReader:
         group_key = (shard_no << mb) | minishard
         order = np.argsort(group_key)
         sorted_groups = group_key[order]
-        new = _run_starts(sorted_groups)
+        new = run_starts(sorted_groups)
         group_of_key = np.empty(len(keys), dtype=np.uint64)
         group_of_key[order] = np.cumsum(new) - 1
         g_shard = shard_no[order][new]
@@ -607,7 +609,7 @@ class ShardReader:
         ends = loc.starts + loc.sizes
         order = np.lexsort((loc.starts, loc.file))
         file_sorted = loc.file[order]
-        bounds = [*np.flatnonzero(_run_starts(file_sorted)).tolist(), len(file_sorted)]
+        bounds = [*np.flatnonzero(run_starts(file_sorted)).tolist(), len(file_sorted)]
         requests, placements = [], []
         for a, b in pairwise(bounds):
             key = loc.files[file_sorted[a]]
@@ -731,14 +733,6 @@ class _Run(NamedTuple):
     last: int  # one past its last range
     start: int
     stop: int
-
-
-def _run_starts(x: np.ndarray) -> np.ndarray:
-    """Where each run of equal values of ``x`` starts (bool mask)."""
-    out = np.empty(len(x), dtype=bool)
-    out[:1] = True
-    np.not_equal(x[1:], x[:-1], out=out[1:])
-    return out
 
 
 def _composite(high: np.ndarray, low: np.ndarray) -> np.ndarray:

@@ -19,7 +19,13 @@ from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import ShardFormatError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import io_pool
-from shardvol.sharding.index import assemble_shard, encode_values, shard_entries, sort_entries
+from shardvol.sharding.index import (
+    assemble_shard,
+    encode_values,
+    run_starts,
+    shard_entries,
+    sort_entries,
+)
 from shardvol.sharding.reader import ShardReader, fetch_shard, obsolete_names
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
@@ -33,9 +39,7 @@ def synthesize_shards(
     order, shards, minishards = sort_entries(spec, keys)
     blobs = encode_values(spec, [values[i] for i in order.tolist()], level)
     keys = keys[order]
-    bounds = (
-        np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True]).tolist() if len(keys) else [0]
-    )
+    bounds = [*np.flatnonzero(run_starts(shards)).tolist(), len(shards)]
     return {
         spec.shard_filename(int(shards[a])): assemble_shard(
             spec, keys[a:b], minishards[a:b], blobs[a:b]
