@@ -1,4 +1,6 @@
 """Extension modules of shardvol; all metadata lives in pyproject.toml."""
+from glob import glob
+
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -7,6 +9,8 @@ from setuptools import Extension, setup
 COMPILE_ARGS = ["-O3", "-Wall", "-Wno-unused-function"]
 INCLUDE_DIRS = ["csrc", np.get_include()]
 MACROS = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]
+# a changed header rebuilds every module (they share copybox.h, sv_common.h, ...)
+HEADERS = sorted(glob("csrc/*.h"))
 
 
 def ext(name: str, *c_sources: str, libraries: tuple[str, ...] = ()) -> Extension:
@@ -17,6 +21,7 @@ def ext(name: str, *c_sources: str, libraries: tuple[str, ...] = ()) -> Extensio
         define_macros=MACROS,
         extra_compile_args=COMPILE_ARGS,
         libraries=list(libraries),
+        depends=HEADERS,
     )
 
 

@@ -7,13 +7,60 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Copy count[0] x count[1] x count[2] x count[3] items of `itemsize` bytes; item (i, j, k, l)
- * is at src + i*src_strides[0] + ... + l*src_strides[3], and likewise in dst (byte strides,
- * any sign).  Rows (axis 0) contiguous on both sides are copied with one memcpy each. */
-static inline void sv_copy_box(const uint8_t *src, const ptrdiff_t src_strides[4], uint8_t *dst,
-                               const ptrdiff_t dst_strides[4], const size_t count[4],
-                               size_t itemsize) {
-    const int rows = src_strides[0] == (ptrdiff_t)itemsize && dst_strides[0] == (ptrdiff_t)itemsize;
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#define SV_HAVE_STREAM 1
+#else
+#define SV_HAVE_STREAM 0
+#endif
+
+/* A box whose bytes span this much of the output or more is written with non-temporal
+ * stores (see sv_copy_box): it would not stay in the CPU caches anyway, and bypassing them
+ * skips reading each destination line before writing it and keeps other data cached. */
+#define SV_STREAM_MIN_SPAN ((size_t)2 << 20)
+
+/* How many bytes of a buffer the box spans (byte strides, any sign). */
+static inline size_t sv_box_span(const ptrdiff_t strides[4], const size_t count[4],
+                                 size_t itemsize) {
+    size_t span = itemsize;
+    for (int d = 0; d < 4; d++) {
+        if (count[d] == 0) return 0;
+        const size_t step = (size_t)(strides[d] < 0 ? -strides[d] : strides[d]);
+        span += (count[d] - 1) * step;
+    }
+    return span;
+}
+
+/* memcpy of one row with non-temporal stores for its 8-byte aligned middle. */
+static inline void sv_stream_row(uint8_t *d, const uint8_t *s, size_t n) {
+#if SV_HAVE_STREAM
+    size_t head = (size_t)(-(uintptr_t)d & 7);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    size_t i = head;
+    for (; i + 8 <= n; i += 8) {
+        long long v;
+        memcpy(&v, s + i, 8);
+        _mm_stream_si64((long long *)(d + i), v);
+    }
+    memcpy(d + i, s + i, n - i);
+#else
+    memcpy(d, s, n);
+#endif
+}
+
+enum { SV_COPY_ITEMS, SV_COPY_ROWS, SV_COPY_STREAM };
+
+#if defined(__GNUC__)
+#define SV_COPY_INLINE inline __attribute__((always_inline))
+#else
+#define SV_COPY_INLINE inline
+#endif
+
+/* The loops of sv_copy_box_to, for a constant `how` (one loop nest each). */
+static SV_COPY_INLINE void sv_copy_box_as(
+    const uint8_t *src, const ptrdiff_t src_strides[4], uint8_t *dst,
+    const ptrdiff_t dst_strides[4], const size_t count[4], size_t itemsize, const int how) {
     for (size_t l = 0; l < count[3]; l++)
         for (size_t k = 0; k < count[2]; k++)
             for (size_t j = 0; j < count[1]; j++) {
@@ -21,7 +68,9 @@ static inline void sv_copy_box(const uint8_t *src, const ptrdiff_t src_strides[4
                                    (ptrdiff_t)k * src_strides[2] + (ptrdiff_t)j * src_strides[1];
                 uint8_t *d = dst + (ptrdiff_t)l * dst_strides[3] + (ptrdiff_t)k * dst_strides[2] +
                              (ptrdiff_t)j * dst_strides[1];
-                if (rows) {
+                if (how == SV_COPY_STREAM) {
+                    sv_stream_row(d, s, count[0] * itemsize);
+                } else if (how == SV_COPY_ROWS) {
                     memcpy(d, s, count[0] * itemsize);
                 } else {
                     for (size_t i = 0; i < count[0]; i++)
@@ -29,6 +78,35 @@ static inline void sv_copy_box(const uint8_t *src, const ptrdiff_t src_strides[4
                                itemsize);
                 }
             }
+}
+
+/* Copy count[0] x count[1] x count[2] x count[3] items of `itemsize` bytes; item (i, j, k, l)
+ * is at src + i*src_strides[0] + ... + l*src_strides[3], and likewise in dst (byte strides,
+ * any sign).  Rows (axis 0) contiguous on both sides are copied with one memcpy each, or
+ * with non-temporal stores if `stream` (the caller writes a large box of dst, of which
+ * this may be a part). */
+static inline void sv_copy_box_to(const uint8_t *src, const ptrdiff_t src_strides[4],
+                                  uint8_t *dst, const ptrdiff_t dst_strides[4],
+                                  const size_t count[4], size_t itemsize, int stream) {
+    const int rows = src_strides[0] == (ptrdiff_t)itemsize && dst_strides[0] == (ptrdiff_t)itemsize;
+    if (!rows) {
+        sv_copy_box_as(src, src_strides, dst, dst_strides, count, itemsize, SV_COPY_ITEMS);
+    } else if (!SV_HAVE_STREAM || !stream) {
+        sv_copy_box_as(src, src_strides, dst, dst_strides, count, itemsize, SV_COPY_ROWS);
+    } else {
+        sv_copy_box_as(src, src_strides, dst, dst_strides, count, itemsize, SV_COPY_STREAM);
+#if SV_HAVE_STREAM
+        _mm_sfence(); /* the streamed stores are visible before the caller goes on */
+#endif
+    }
+}
+
+/* sv_copy_box_to, streaming when the box spans SV_STREAM_MIN_SPAN bytes of dst or more. */
+static inline void sv_copy_box(const uint8_t *src, const ptrdiff_t src_strides[4], uint8_t *dst,
+                               const ptrdiff_t dst_strides[4], const size_t count[4],
+                               size_t itemsize) {
+    sv_copy_box_to(src, src_strides, dst, dst_strides, count, itemsize,
+                   sv_box_span(dst_strides, count, itemsize) >= SV_STREAM_MIN_SPAN);
 }
 
 #endif

@@ -140,6 +140,10 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
         set_error(err, SV_CSEG_BLOCK_HEADERS, channel, NULL, 2 * (uint64_t)g->nblocks, nwords);
         return SV_ERR_TRUNCATED;
     }
+    const ptrdiff_t lb = (ptrdiff_t)sizeof(LABEL_T);
+    const ptrdiff_t to[4] = {lb * out_st[0], lb * out_st[1], lb * out_st[2], 0};
+    const size_t whole[4] = {rn[0], rn[1], rn[2], 1};
+    const int stream = sv_box_span(to, whole, sizeof(LABEL_T)) >= SV_STREAM_MIN_SPAN;
     size_t blk[3];
     for (blk[2] = 0; blk[2] < g->grid[2]; ++blk[2]) {
         /* the region's z planes in this layer of blocks: [zlo, zhi) */
@@ -209,12 +213,11 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
                 }
             }
         if (staged) {
-            const ptrdiff_t lb = (ptrdiff_t)sizeof(LABEL_T);
             const ptrdiff_t from[4] = {lb, lb * scratch_st[1], lb * scratch_st[2], 0};
-            const ptrdiff_t to[4] = {lb * out_st[0], lb * out_st[1], lb * out_st[2], 0};
             const size_t n[4] = {rn[0], rn[1], zhi - zlo, 1};
-            sv_copy_box((const uint8_t *)scratch, from,
-                        (uint8_t *)(out + (ptrdiff_t)(zlo - ro[2]) * out_st[2]), to, n, sizeof(LABEL_T));
+            sv_copy_box_to((const uint8_t *)scratch, from,
+                           (uint8_t *)(out + (ptrdiff_t)(zlo - ro[2]) * out_st[2]), to, n,
+                           sizeof(LABEL_T), stream);
         }
     }
     return SV_OK;
