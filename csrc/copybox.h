@@ -16,8 +16,11 @@
 
 /* A box whose bytes span this much of the output or more is written with non-temporal
  * stores (see sv_copy_box): it would not stay in the CPU caches anyway, and bypassing them
- * skips reading each destination line before writing it and keeps other data cached. */
+ * skips reading each destination line before writing it and keeps other data cached.
+ * The C checkers build with a small value, so that their small boxes take both paths. */
+#ifndef SV_STREAM_MIN_SPAN
 #define SV_STREAM_MIN_SPAN ((size_t)2 << 20)
+#endif
 
 /* How many bytes of a buffer the box spans (byte strides, any sign). */
 static inline size_t sv_box_span(const ptrdiff_t strides[4], const size_t count[4],

@@ -224,8 +224,10 @@ def test_c_differential_fuzzer(tmp_path):
     SV_ERR_CORRUPT.  Run it under ASan for long sessions (see the file)."""
     exe = tmp_path / "fuzz_jpeg"
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    subprocess.run([*cc, "-std=c99", "-O1", f"-I{ROOT / 'csrc'}", str(ROOT / "tests/c/fuzz_jpeg.c"),
-                    str(ROOT / "csrc/jpeg.c"), "-ljpeg", "-o", str(exe)], check=True)
+    # boxes spanning 4 KiB or more of their output are streamed (copybox.h): both paths taken
+    subprocess.run([*cc, "-std=c99", "-O1", "-DSV_STREAM_MIN_SPAN=4096", f"-I{ROOT / 'csrc'}",
+                    str(ROOT / "tests/c/fuzz_jpeg.c"), str(ROOT / "csrc/jpeg.c"), "-ljpeg",
+                    "-o", str(exe)], check=True)
     run = subprocess.run([str(exe), "300"], capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("300 chunks, 3600 boxes exact"), run.stdout

@@ -174,8 +174,10 @@ def test_c_kernel_checker(tmp_path):
     root = Path(__file__).resolve().parents[1]
     exe = tmp_path / "fuzz_rawfile"
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    subprocess.run([*cc, "-std=c99", "-O1", f"-I{root / 'csrc'}", str(root / "tests/c/fuzz_rawfile.c"),
-                    str(root / "csrc/rawfile.c"), "-o", str(exe)], check=True)
+    # boxes spanning 4 KiB or more of their output are streamed (copybox.h): both paths taken
+    subprocess.run([*cc, "-std=c99", "-O1", "-DSV_STREAM_MIN_SPAN=4096", f"-I{root / 'csrc'}",
+                    str(root / "tests/c/fuzz_rawfile.c"), str(root / "csrc/rawfile.c"), "-o",
+                    str(exe)], check=True)
     run = subprocess.run([str(exe), "3000", str(tmp_path / "chunk")], capture_output=True, check=False,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr

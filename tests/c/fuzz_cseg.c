@@ -2,8 +2,11 @@
  * AddressSanitizer + UndefinedBehaviorSanitizer (or valgrind):
  *
  *   gcc -std=c99 -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+ *       -DSV_STREAM_MIN_SPAN=4096 \
  *       -Icsrc tests/c/fuzz_cseg.c csrc/cseg.c -o /tmp/fuzz_cseg && /tmp/fuzz_cseg 200000
  *
+ * (-DSV_STREAM_MIN_SPAN=4096: staged regions spanning 4 KiB of their output or more are
+ * copied out with non-temporal stores, so the fuzzer's small regions take both paths.)
  * Valid chunks come from the encoder (random segmentation-like volumes, both label
  * types, 1-3 channels, random block sizes); each is checked to round-trip, then
  * mutated (bit flips, forged words in the headers, truncation, extension) and
