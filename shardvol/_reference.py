@@ -106,6 +106,8 @@ def compressed_segmentation_decode(data: bytes, shape, block_size, dtype) -> np.
                         raise ValueError("table index past the end of the table")
                     out[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2], c] = table[idx.astype(np.int64)]
     return out
+
+
 def minishard_index_decode(buf: bytes, base: int) -> tuple[list[int], list[int], list[int]]:
     """(keys, data starts, data sizes) of a raw minishard index, in Python integers, as the
     sharded format words it; ValueError("duplicate" | "key overflow" | "offset overflow",

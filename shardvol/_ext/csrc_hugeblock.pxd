@@ -1,5 +1,4 @@
 # Declarations of csrc/hugeblock.h.
 cdef extern from "hugeblock.h" nogil:
-    size_t SV_HUGEBLOCK_PAGE
     void *sv_hugeblock_alloc(size_t size, size_t *capacity)
     void sv_hugeblock_free(void *block, size_t capacity)

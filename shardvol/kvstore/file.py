@@ -113,13 +113,13 @@ class FileStore(KVStore):
     MAX_BATCHES = 2 * (os.cpu_count() or 1)
 
     def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
-        return [value for value, _ in self._read_many(requests)]
+        return [value for value, _ in self._read_many([normalize_request(r) for r in requests])]
 
     def get_many_versioned(
         self, requests: Iterable[Request]
     ) -> list[tuple[bytes | None, Hashable | None]]:
         """Each value with the version of the very file it was read from."""
-        return self._read_many(requests)  # type: ignore[return-value]
+        return self._read_many([normalize_request(r) for r in requests])  # type: ignore[return-value]
 
     def get_many_if(
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
@@ -136,12 +136,11 @@ class FileStore(KVStore):
         return [value for value, _ in read]
 
     def _read_many(
-        self, requests: Iterable[Request]
+        self, reqs: list[tuple[str, ByteRange | None]]
     ) -> list[tuple[bytes | None, tuple[int, ...]]]:
-        """(value, version of the file it was read from) of each request: ranged reads in
-        a few batches (each file opened once per batch), run concurrently when there is
-        enough to read; whole-file reads one per task."""
-        reqs = [normalize_request(r) for r in requests]
+        """(value, version of the file it was read from) of each normalized request:
+        ranged reads in a few batches (each file opened once per batch), run concurrently
+        when there is enough to read; whole-file reads one per task."""
         sizes = [
             r[1] - r[0] if r is not None and r[0] >= 0 and r[1] is not None else self.BATCH_BYTES
             for _, r in reqs

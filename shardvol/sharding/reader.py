@@ -334,8 +334,7 @@ class ShardReader:
         for i, fn in enumerate(filenames):
             entry = self.shard_index_cache.get(fn)
             # where version() cannot tell (S3, HTTP by default), versioned reads check instead
-            if entry is not None and (not check or self.store.still_at(
-                    self._data_key(fn, entry.shard), entry.version)):
+            if entry is not None and (not check or self._unchanged(fn, entry)):
                 out[i] = entry
             else:
                 if entry is not None:
@@ -494,10 +493,11 @@ class ShardReader:
         pos_ok = np.minimum(pos, len(e_ids) - 1)
         hit = (pos < len(e_ids)) & (e_ids[pos_ok] == keys) & (e_group[pos_ok] == group_of_key)
         e = pos[hit]
+        hit_group = group_of_key[hit].astype(np.intp)
         starts = np.concatenate([msi.starts for msi in msis])[e]
         sizes = np.concatenate([msi.sizes for msi in msis])[e]
         if reading:
-            read = g_shard_idx[group_of_key[hit].astype(np.intp)]
+            read = g_shard_idx[hit_group]
             self._check_unread(files, cached, set(read.tolist()))
             self._remember(files, cached, read, keys[hit], starts, sizes)
         data_files: dict[str, int] = {}
@@ -519,7 +519,7 @@ class ShardReader:
             minishard[hit],
             starts,
             sizes,
-            file_of_group[group_of_key[hit].astype(np.intp)],
+            file_of_group[hit_group],
             list(data_files),
             versions,
         )
@@ -528,10 +528,12 @@ class ShardReader:
         """Raise _Stale if a file (by number in ``files``) not in ``read`` has another
         version than its cached index (or, absent, exists now)."""
         for s, (fn, entry) in enumerate(zip(files, cached)):
-            if s not in read:
-                data_key = self._data_key(fn, entry.shard)
-                if not self.store.still_at(data_key, entry.version):
-                    raise _Stale(data_key)
+            if s not in read and not self._unchanged(fn, entry):
+                raise _Stale(self._data_key(fn, entry.shard))
+
+    def _unchanged(self, filename: str, entry: _Cached) -> bool:
+        """Whether the file a cached shard index was read from still has its version."""
+        return self.store.still_at(self._data_key(filename, entry.shard), entry.version)
 
     def _remember(self, files: list[str], cached: list[_Cached], read: np.ndarray,
                   keys: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
