@@ -131,15 +131,21 @@ class ChunkedArray:
 
         Each batch streams its chunks, decoding each as soon as it is read (a hand-off
         to another thread costs more than decoding a chunk still in the CPU cache).
-        Reads expected to take less than a few milliseconds (from the time chunks
+        Reads expected to take less than half a millisecond (from the time chunks
         of this array took so far) run in the caller's thread only.  Reads of a few
-        chunks are fetched first and then decoded in parallel (see _fetch_then_decode).
+        chunks are fetched first and then decoded in parallel (see _fetch_then_decode),
+        unless the chunks are copied straight from their files (``direct``).
         """
         by_coord = {p.coord: p for p in parts}
         threads = self._read_work.threads(len(by_coord), self._threads())
         chunk_bytes = math.prod(self.grid.chunk_shape) * self.dtype.itemsize
         n = len(by_coord)
-        if threads > 1 and n <= _FETCH_FIRST_CHUNKS and n * chunk_bytes <= _FETCH_FIRST_BYTES:
+        if (
+            threads > 1
+            and self.direct is None  # direct reads release the GIL: batches in parallel
+            and n <= _FETCH_FIRST_CHUNKS
+            and n * chunk_bytes <= _FETCH_FIRST_BYTES
+        ):
             self._fetch_then_decode(by_coord, out, threads)
             return
 
@@ -165,10 +171,7 @@ class ChunkedArray:
         the GIL, while here the threads only wait on each other for decoding, which
         releases it."""
         start = time.perf_counter()
-        coords = list(by_coord)
-        if self.direct is not None:
-            coords = [p.coord for p in self.direct.read_into(list(by_coord.values()), out)]
-        stored = list(self.store.iter_stored(coords))
+        stored = list(self.store.iter_stored(list(by_coord)))
         spent = [time.perf_counter() - start]
 
         def decode(item: ChunkRead) -> None:
