@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -369,3 +371,88 @@ def _lock_and_write(root: str, key: str) -> None:
     s = FileStore(root, fsync=False)
     with s.lock(key):
         s.set(key, b"done")
+
+
+def test_locks_exclude_processes_after_the_directory_is_made_again(tmp_path):
+    """A volume deleted and created again in the same place gets a new lock file: the
+    locks of a process that used the old one must take the new one, or another process
+    locking the same key would not wait for them."""
+    s = FileStore(str(tmp_path / "vol"))
+    with s.lock("d/a"):
+        pass  # this process now has the directory's lock file open
+    shutil.rmtree(tmp_path / "vol")
+    os.makedirs(tmp_path / "vol" / "d")
+    ctx = multiprocessing.get_context("spawn")
+    with s.lock("d/a"):
+        blocked = ctx.Process(target=_lock_and_write, args=(str(tmp_path / "vol"), "d/a"))
+        blocked.start()
+        blocked.join(1.0)
+        assert blocked.is_alive()  # waits for our lock on d/a
+        assert s.get("d/a") is None
+    blocked.join(30)
+    assert blocked.exitcode == 0 and s.get("d/a") == b"done"
+
+
+def test_a_lock_taken_on_a_file_replaced_meanwhile_is_taken_again_on_the_new_one(tmp_path):
+    """A thread waits for a lock on the directory's lock file; the directory is then made
+    again and another process locks the same key in the new file. When the old file's
+    lock comes free, the thread must see that it is stale and wait for the new one."""
+    root = str(tmp_path / "vol")
+    s = FileStore(root, fsync=False)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    old_holder = ctx.Process(target=_hold_lock, args=(root, "d/a", ready, 2.0, None))
+    old_holder.start()
+    assert ready.wait(30)
+    seen = []
+
+    def waiter() -> None:
+        with s.lock("d/a"):
+            seen.append(s.get("d/a"))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    t.join(0.5)
+    assert t.is_alive()  # waits for old_holder
+    shutil.rmtree(tmp_path / "vol")
+    os.makedirs(tmp_path / "vol" / "d")
+    ready.clear()
+    new_holder = ctx.Process(target=_hold_lock, args=(root, "d/a", ready, 3.0, b"new"))
+    new_holder.start()
+    assert ready.wait(30)
+    t.join(60)
+    for p in (old_holder, new_holder):
+        p.join(30)
+        assert p.exitcode == 0
+    assert seen == [b"new"]  # the thread ran after new_holder, not alongside it
+
+
+def _hold_lock(root: str, key: str, ready, seconds: float, value: bytes | None) -> None:
+    s = FileStore(root, fsync=False)
+    with s.lock(key):
+        ready.set()
+        time.sleep(seconds)
+        if value is not None:
+            s.set(key, value)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_replaced_lock_files_are_closed_once_no_lock_uses_them(tmp_path):
+    """A lock held through a lock file that was replaced meanwhile still unlocks (its
+    descriptor stays open until then); afterwards no descriptor of old files is left."""
+    s = FileStore(str(tmp_path / "vol"))
+    with s.lock("a"):
+        pass
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        with s.lock("a"):
+            shutil.rmtree(tmp_path / "vol")
+            os.makedirs(tmp_path / "vol")
+            with s.lock("b"):  # opens the new lock file while "a" holds the old one
+                pass
+    for _ in range(20):
+        shutil.rmtree(tmp_path / "vol")
+        with s.lock("a"):
+            s.set("a", b"1")
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert sorted(os.listdir(tmp_path / "vol")) == [".shardvol-locks", "a"]

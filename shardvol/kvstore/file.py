@@ -230,31 +230,114 @@ class FileStore(KVStore):
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         directory, name = os.path.split(self._path(key))
-        os.makedirs(directory, exist_ok=True)
+        offset = _lock_offset(name)
         # POSIX record locks belong to the process; the in-process lock orders our threads.
         with process_lock(self.url, key):
-            fd = _directory_lock_fd(directory)
-            offset = _lock_offset(name)
-            fcntl.lockf(fd, fcntl.LOCK_EX, 1, offset)
+            lock_file = _lock_byte(directory, offset)
             try:
                 yield
             finally:
-                fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+                _unlock_byte(lock_file, offset)
 
 
-# One lock file per directory, opened once per process and never closed: closing any
-# descriptor of a file drops every record lock this process holds on it.
-_lock_fds: dict[str, int] = {}
-_lock_fds_guard = threading.Lock()
+class _LockFile:
+    """An open lock file; ``users``: locks held, or being taken, through it."""
+
+    __slots__ = ("fd", "ident", "spare", "users")
+
+    def __init__(self, fd: int, ident: tuple[int, int]) -> None:
+        self.fd, self.ident, self.users = fd, ident, 0
+        self.spare: list[int] = []  # other descriptors of the file, opened by a race
 
 
-def _directory_lock_fd(directory: str) -> int:
-    with _lock_fds_guard:
-        fd = _lock_fds.get(directory)
-        if fd is None:
-            fd = os.open(os.path.join(directory, _LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o666)
-            _lock_fds[directory] = fd
-        return fd
+# One lock file per directory, kept open while it is its directory's. Closing any
+# descriptor of a file drops every record lock this process holds on it, so descriptors
+# are closed only when no lock is held through the file, and the file's own only once
+# its directory holds another lock file (the directory was deleted and made again:
+# locking the old, unlinked file would no longer exclude other processes).
+_lock_files: dict[tuple[int, int], _LockFile] = {}  # by (st_dev, st_ino)
+_lock_file_at: dict[str, tuple[int, int]] = {}  # lock file path -> the file last found there
+_lock_files_guard = threading.Lock()
+
+
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+def _current_ident(path: str) -> tuple[int, int] | None:
+    try:
+        return _ident(os.stat(path))
+    except FileNotFoundError:
+        return None
+
+
+def _lock_byte(directory: str, offset: int) -> _LockFile:
+    """Take the byte ``offset`` of ``directory``'s lock file (made if missing), waiting for
+    other processes; returns the file, for _unlock_byte."""
+    path = os.path.join(directory, _LOCK_FILE)
+    while True:
+        lock_file = _take_lock_file(directory, path)
+        try:
+            fcntl.lockf(lock_file.fd, fcntl.LOCK_EX, 1, offset)
+        except BaseException:
+            _give_back(lock_file)
+            raise
+        try:
+            current = _current_ident(path) == lock_file.ident
+        except BaseException:
+            _unlock_byte(lock_file, offset)
+            raise
+        if current:
+            return lock_file
+        _unlock_byte(lock_file, offset)  # the file was replaced while we waited: lock the new one
+
+
+def _unlock_byte(lock_file: _LockFile, offset: int) -> None:
+    try:
+        fcntl.lockf(lock_file.fd, fcntl.LOCK_UN, 1, offset)
+    finally:
+        _give_back(lock_file)
+
+
+def _take_lock_file(directory: str, path: str) -> _LockFile:
+    with _lock_files_guard:
+        ident = _current_ident(path)
+        lock_file = _lock_files.get(ident) if ident is not None else None
+        if lock_file is None:
+            if ident is None:
+                os.makedirs(directory, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            ident = _ident(os.fstat(fd))
+            lock_file = _lock_files.get(ident)
+            if lock_file is None:
+                lock_file = _lock_files[ident] = _LockFile(fd, ident)
+            else:
+                lock_file.spare.append(fd)
+        previous = _lock_file_at.get(path)
+        _lock_file_at[path] = ident
+        lock_file.users += 1
+        if previous is not None and previous != ident:
+            _close_if_unused(previous)
+        return lock_file
+
+
+def _give_back(lock_file: _LockFile) -> None:
+    with _lock_files_guard:
+        lock_file.users -= 1
+        _close_if_unused(lock_file.ident)
+
+
+def _close_if_unused(ident: tuple[int, int]) -> None:
+    """Close what no lock is held through (the guard is held)."""
+    lock_file = _lock_files.get(ident)
+    if lock_file is None or lock_file.users:
+        return
+    for fd in lock_file.spare:
+        os.close(fd)
+    lock_file.spare.clear()
+    if ident not in _lock_file_at.values():
+        os.close(lock_file.fd)
+        del _lock_files[ident]
 
 
 def _lock_offset(name: str) -> int:
