@@ -12,6 +12,7 @@ import uuid
 import numpy as np
 import pytest
 
+import shardvol
 from shardvol.errors import (
     ByteRangeError,
     InvalidKeyError,
@@ -21,6 +22,7 @@ from shardvol.errors import (
     VersionChangedError,
 )
 from shardvol.kvstore import FileStore, MemoryStore, open_store
+from shardvol.kvstore import base as store_base
 from shardvol.kvstore import file as file_store
 from shardvol.kvstore.base import resolve_range
 from shardvol.kvstore.fsspec_store import FsspecStore
@@ -371,6 +373,35 @@ def _lock_and_write(root: str, key: str) -> None:
     s = FileStore(root, fsync=False)
     with s.lock(key):
         s.set(key, b"done")
+
+
+def test_key_locks_exclude_threads_and_are_dropped_once_unused(tmp_path):
+    """The in-process lock of a key serialises threads (a read-modify-write of a counter
+    under it loses no increment), and its entry goes once no thread holds or waits for it:
+    writing a volume locks every chunk file, which must not keep a lock per chunk."""
+    store = MemoryStore(f"memory://{uuid.uuid4().hex}")
+    store.set("n", b"0")
+
+    def add(times: int) -> None:
+        for _ in range(times):
+            with store.lock("n"):
+                v = int(store.get("n"))
+                time.sleep(0.0001)
+                store.set("n", str(v + 1).encode())
+
+    threads = [threading.Thread(target=add, args=(50,)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert store.get("n") == b"400"
+    assert not store_base._key_locks
+
+    vol = shardvol.Volume.create(str(tmp_path / "v"), type="image", data_type="uint8",
+                                 size=[64, 64, 32], chunk_size=[16, 16, 16])
+    vol[...] = 7
+    assert not store_base._key_locks
+    assert len([f for f in os.listdir(tmp_path / "v" / "1_1_1") if f[0] != "."]) == 32
 
 
 def test_locks_exclude_processes_after_the_directory_is_made_again(tmp_path):

@@ -210,16 +210,35 @@ class KVStore(ABC):
         return f"{type(self).__name__}({self.url!r})"
 
 
-_key_locks: dict[tuple[str, str], threading.Lock] = {}
+class _KeyLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0  # threads holding or waiting for the lock
+
+
+# The lock of each (url, key) some thread holds or waits for: an entry goes when its last
+# user leaves (a write of a volume locks every chunk file once, millions of keys).
+_key_locks: dict[tuple[str, str], _KeyLock] = {}
 _key_locks_guard = threading.Lock()
 
 
 @contextlib.contextmanager
 def _process_lock(url: str, key: str) -> Iterator[None]:
     with _key_locks_guard:
-        lk = _key_locks.setdefault((url, key), threading.Lock())
-    with lk:
-        yield
+        entry = _key_locks.get((url, key))
+        if entry is None:
+            entry = _key_locks[(url, key)] = _KeyLock()
+        entry.users += 1
+    try:
+        with entry.lock:
+            yield
+    finally:
+        with _key_locks_guard:
+            entry.users -= 1
+            if entry.users == 0:
+                del _key_locks[(url, key)]
 
 
 def process_lock(url: str, key: str) -> contextlib.AbstractContextManager[None]:
