@@ -487,3 +487,20 @@ def test_replaced_lock_files_are_closed_once_no_lock_uses_them(tmp_path):
             s.set("a", b"1")
     assert len(os.listdir("/proc/self/fd")) == before
     assert sorted(os.listdir(tmp_path / "vol")) == [".shardvol-locks", "a"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_idle_lock_files_of_many_directories_are_not_all_kept_open(tmp_path):
+    """A process that writes many volumes keeps only the recent lock files open (a
+    descriptor each would run into the limit of open files)."""
+    before = len(os.listdir("/proc/self/fd"))
+    n = 3 * file_store._IDLE_LOCK_FILES
+    for i in range(n):
+        s = FileStore(str(tmp_path / str(i)), fsync=False)
+        with s.lock("k"):
+            s.set("k", b"v")
+    assert len(os.listdir("/proc/self/fd")) - before <= file_store._IDLE_LOCK_FILES
+    s = FileStore(str(tmp_path / "0"), fsync=False)  # its lock file was closed: opened again
+    with s.lock("k"):
+        s.set("k", b"w")
+    assert s.get("k") == b"w"

@@ -24,6 +24,7 @@ import os
 import stat
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from urllib.parse import unquote, urlparse
 
@@ -250,13 +251,15 @@ class _LockFile:
         self.spare: list[int] = []  # other descriptors of the file, opened by a race
 
 
-# One lock file per directory, kept open while it is its directory's. Closing any
-# descriptor of a file drops every record lock this process holds on it, so descriptors
-# are closed only when no lock is held through the file, and the file's own only once
-# its directory holds another lock file (the directory was deleted and made again:
-# locking the old, unlinked file would no longer exclude other processes).
+# The lock files of directories, open while locks are held through them, and the last
+# _IDLE_LOCK_FILES used ones after that. Closing any descriptor of a file drops every
+# record lock this process holds on it, so a descriptor is closed only when no lock is
+# held through its file. A file no longer at its path (the directory was deleted and made
+# again: locking the old, unlinked file would not exclude other processes) is closed then.
+_IDLE_LOCK_FILES = 64
 _lock_files: dict[tuple[int, int], _LockFile] = {}  # by (st_dev, st_ino)
 _lock_file_at: dict[str, tuple[int, int]] = {}  # lock file path -> the file last found there
+_idle_lock_files: OrderedDict[tuple[int, int], None] = OrderedDict()  # least recent first
 _lock_files_guard = threading.Lock()
 
 
@@ -316,6 +319,7 @@ def _take_lock_file(directory: str, path: str) -> _LockFile:
         previous = _lock_file_at.get(path)
         _lock_file_at[path] = ident
         lock_file.users += 1
+        _idle_lock_files.pop(ident, None)
         if previous is not None and previous != ident:
             _close_if_unused(previous)
         return lock_file
@@ -328,16 +332,27 @@ def _give_back(lock_file: _LockFile) -> None:
 
 
 def _close_if_unused(ident: tuple[int, int]) -> None:
-    """Close what no lock is held through (the guard is held)."""
+    """Close what no lock is held through, but keep recent lock files of their directories
+    open (the guard is held)."""
     lock_file = _lock_files.get(ident)
     if lock_file is None or lock_file.users:
         return
     for fd in lock_file.spare:
         os.close(fd)
     lock_file.spare.clear()
-    if ident not in _lock_file_at.values():
-        os.close(lock_file.fd)
-        del _lock_files[ident]
+    if ident in _lock_file_at.values():
+        _idle_lock_files[ident] = None
+        _idle_lock_files.move_to_end(ident)
+        if len(_idle_lock_files) <= _IDLE_LOCK_FILES:
+            return
+        ident, _ = _idle_lock_files.popitem(last=False)
+        lock_file = _lock_files[ident]
+        for path in [p for p, i in _lock_file_at.items() if i == ident]:
+            del _lock_file_at[path]
+    else:
+        _idle_lock_files.pop(ident, None)
+    os.close(lock_file.fd)
+    del _lock_files[ident]
 
 
 def _lock_offset(name: str) -> int:
