@@ -313,6 +313,17 @@ static int FN(set_add)(FN(labelset) *s, LABEL_T v) {
     return 2 * s->n <= s->cap || FN(set_grow)(s);
 }
 
+/* Whether the n contiguous labels at row all equal v (a loop without branches, which the
+ * compiler vectorizes: most rows of a block hold one label). */
+static inline int FN(row_is)(const LABEL_T *row, size_t n, LABEL_T v) {
+    LABEL_T diff = 0;
+    if (n == 8) /* the usual block width, unrolled */
+        return ((row[0] ^ v) | (row[1] ^ v) | (row[2] ^ v) | (row[3] ^ v) | (row[4] ^ v) |
+                (row[5] ^ v) | (row[6] ^ v) | (row[7] ^ v)) == 0;
+    for (size_t x = 0; x < n; ++x) diff |= row[x] ^ v;
+    return diff == 0;
+}
+
 /* In-place ascending sort: quicksort on median of three, insertion sort for short runs. */
 static void FN(sort)(LABEL_T *v, size_t n) {
     while (n > 16) {
@@ -362,6 +373,7 @@ static int FN(encode_channel)(const LABEL_T *in, const ptrdiff_t st[3], const ge
 
     FN(labelset) s;
     int rc = SV_OK;
+    const int contiguous_x = st[0] == 1;
     if (!FN(set_init)(&s)) {
         rc = SV_ERR_NOMEM;
         goto done;
@@ -387,6 +399,16 @@ static int FN(encode_channel)(const LABEL_T *in, const ptrdiff_t st[3], const ge
                 for (size_t z = 0; z < a[2]; ++z)
                     for (size_t y = 0; y < a[1]; ++y) {
                         const LABEL_T *src = bin + (ptrdiff_t)y * st[1] + (ptrdiff_t)z * st[2];
+                        if (contiguous_x && FN(row_is)(src, a[0], src[0])) {
+                            if (src[0] != prev) {
+                                prev = src[0];
+                                if (!FN(set_add)(&s, prev)) {
+                                    rc = SV_ERR_NOMEM;
+                                    goto done;
+                                }
+                            }
+                            continue;
+                        }
                         for (size_t x = 0; x < a[0]; ++x) {
                             const LABEL_T v = src[(ptrdiff_t)x * st[0]];
                             if (v == prev) continue;
@@ -420,10 +442,27 @@ static int FN(encode_channel)(const LABEL_T *in, const ptrdiff_t st[3], const ge
                     uint64_t cw = 0;
                     uint32_t acc = 0, pidx = s.idx[FN(slot)(&s, bin[0])];
                     prev = bin[0];
+                    /* a row of one label packs as pidx * rep when its bits fit in one word */
+                    uint64_t rep = 0;
+                    if (contiguous_x && bits * a[0] <= 32)
+                        for (size_t x = 0; x < a[0]; ++x) rep |= (uint64_t)1 << (x * bits);
                     for (size_t z = 0; z < a[2]; ++z)
                         for (size_t y = 0; y < a[1]; ++y) {
                             const LABEL_T *src = bin + (ptrdiff_t)y * st[1] + (ptrdiff_t)z * st[2];
                             const uint64_t row = (uint64_t)bits * (g->bs[0] * (y + g->bs[1] * z));
+                            if (rep && (row & 31) + bits * a[0] <= 32 && FN(row_is)(src, a[0], src[0])) {
+                                if (src[0] != prev) {
+                                    prev = src[0];
+                                    pidx = s.idx[FN(slot)(&s, prev)];
+                                }
+                                if ((row >> 5) != cw) {
+                                    st32(enc + 4 * cw, acc);
+                                    cw = row >> 5;
+                                    acc = 0;
+                                }
+                                acc |= (uint32_t)((pidx * rep) << (row & 31));
+                                continue;
+                            }
                             for (size_t x = 0; x < a[0]; ++x) {
                                 const LABEL_T v = src[(ptrdiff_t)x * st[0]];
                                 if (v != prev) {
