@@ -136,6 +136,7 @@ class Floors:
         payload = os.urandom(max(files))
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory)
+        os.sync()
 
         def write(i: int) -> None:
             fd = os.open(os.path.join(directory, str(i)), os.O_WRONLY | os.O_CREAT, 0o644)
@@ -170,6 +171,7 @@ def bench(ds: Dataset, path: str, data: np.ndarray, sizes: Sizes, scratch: str,
             t[name]["cut"] = min(t[name]["cut"], timed(read_cutouts, lib, lib.open(path), boxes))
             target = os.path.join(scratch, name)
             shutil.rmtree(target, ignore_errors=True)
+            os.sync()  # as in bench_volume
             t[name]["write"] = min(t[name]["write"], timed(lib.write, target, ds, data))
             shutil.rmtree(target, ignore_errors=True)
         f["decode"] = min(f["decode"], timed(floors.decode_full))

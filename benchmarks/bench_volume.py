@@ -20,9 +20,10 @@ Operations, MB/s of decoded output (10^6 bytes of the numpy array):
 
 Every repetition opens a fresh handle for each library (no index or chunk caches carried
 over) outside the timed part, after touching as much memory as a full read returns (see
-prefault()); creating the volume is part of the timed write.  The libraries are
-interleaved (A B C A B C ...) so they share the machine's load, and the best of
-``--repeat`` runs is kept.  The page cache is warm: every library reads every dataset once
+prefault()); creating the volume is part of the timed write, which starts after os.sync()
+(CloudVolume does not fsync: its files would be written back during the next library's
+write).  The libraries are interleaved (A B C A B C ...) so they share the machine's load,
+and the best of ``--repeat`` runs is kept.  The page cache is warm: every library reads every dataset once
 (untimed) first, and checks that it reads the same array as shardvol; after the timings,
 what each library wrote is read back by TensorStore and checked.
 
@@ -354,6 +355,7 @@ def bench_dataset(ds: Dataset, path: str, data: np.ndarray, libs: list, sizes: S
 
         def setup() -> None:
             shutil.rmtree(target, ignore_errors=True)
+            os.sync()  # what the previous library left to write back is not this one's
 
         return Op(setup, lambda _: lib.write(target, ds, data),
                   lambda: shutil.rmtree(target, ignore_errors=True))
