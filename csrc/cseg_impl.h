@@ -324,6 +324,31 @@ static inline int FN(row_is)(const LABEL_T *row, size_t n, LABEL_T v) {
     return diff == 0;
 }
 
+/* Prefetch the rows of the block `ahead` blocks after blk (x fastest), x contiguous: each
+ * of a block's rows lies in another page, too many streams for the hardware prefetcher. */
+static inline void FN(prefetch_block)(const LABEL_T *in, const ptrdiff_t st[3], const geometry *g,
+                                      const size_t blk[3], size_t ahead) {
+    size_t b[3] = {blk[0] + ahead, blk[1], blk[2]};
+    for (int d = 0; d < 2; ++d) {
+        b[d + 1] += b[d] / g->grid[d];
+        b[d] %= g->grid[d];
+    }
+    if (b[2] >= g->grid[2]) return;
+    const LABEL_T *origin = in;
+    size_t n[3];
+    for (int d = 0; d < 3; ++d) {
+        origin += (ptrdiff_t)(b[d] * g->bs[d]) * st[d];
+        n[d] = min_size(g->bs[d], g->shape[d] - b[d] * g->bs[d]);
+    }
+    const size_t row_bytes = n[0] * sizeof(LABEL_T);
+    for (size_t z = 0; z < n[2]; ++z)
+        for (size_t y = 0; y < n[1]; ++y) {
+            const char *row = (const char *)(origin + (ptrdiff_t)y * st[1] + (ptrdiff_t)z * st[2]);
+            __builtin_prefetch(row);
+            __builtin_prefetch(row + row_bytes - 1);
+        }
+}
+
 /* In-place ascending sort: quicksort on median of three, insertion sort for short runs. */
 static void FN(sort)(LABEL_T *v, size_t n) {
     while (n > 16) {
@@ -389,6 +414,7 @@ static int FN(encode_channel)(const LABEL_T *in, const ptrdiff_t st[3], const ge
                     a[d] = min_size(g->bs[d], g->shape[d] - pos);
                     bin += (ptrdiff_t)pos * st[d];
                 }
+                if (contiguous_x) FN(prefetch_block)(in, st, g, blk, 2);
                 /* pass 1: distinct labels */
                 FN(set_begin_block)(&s);
                 LABEL_T prev = bin[0];
