@@ -375,6 +375,19 @@ def _lock_and_write(root: str, key: str) -> None:
         s.set(key, b"done")
 
 
+def test_writing_or_locking_under_a_file_raises_store_errors_naming_the_key(tmp_path):
+    """System errors of writes and locks (here a key whose directory is a file) come as
+    StoreError naming the key and the store, and leave no temporary file behind."""
+    s = FileStore(str(tmp_path))
+    s.set("a", b"file")
+    with pytest.raises(StoreError, match=r"cannot write 'a/b' in file://.*Not a directory"):
+        s.set("a/b", b"1")
+    with pytest.raises(StoreError, match=r"cannot lock 'a/b' in file://.*Not a directory"):
+        with s.lock("a/b"):
+            pass
+    assert sorted(os.listdir(tmp_path)) == ["a"] and s.get("a") == b"file"
+
+
 def test_key_locks_exclude_threads_and_are_dropped_once_unused(tmp_path):
     """The in-process lock of a key serialises threads (a read-modify-write of a counter
     under it loses no increment), and its entry goes once no thread holds or waits for it:

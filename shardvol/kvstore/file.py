@@ -188,9 +188,11 @@ class FileStore(KVStore):
             finally:
                 os.close(fd)
             os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
+        except BaseException as e:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(e, OSError) and not isinstance(e, StoreError):
+                raise StoreError(f"cannot write {key!r} in {self.url}: {e}") from e
             raise
 
     def delete(self, key: str) -> None:
@@ -234,7 +236,10 @@ class FileStore(KVStore):
         offset = _lock_offset(name)
         # POSIX record locks belong to the process; the in-process lock orders our threads.
         with process_lock(self.url, key):
-            lock_file = _lock_byte(directory, offset)
+            try:
+                lock_file = _lock_byte(directory, offset)
+            except OSError as e:
+                raise StoreError(f"cannot lock {key!r} in {self.url}: {e}") from e
             try:
                 yield
             finally:
