@@ -324,6 +324,18 @@ static inline int FN(row_is)(const LABEL_T *row, size_t n, LABEL_T v) {
     return diff == 0;
 }
 
+/* The first label of block blk of the input, and the block's extent in a (clipped at the
+ * input's edge). */
+static inline const LABEL_T *FN(block_at)(const LABEL_T *in, const ptrdiff_t st[3],
+                                          const geometry *g, const size_t blk[3], size_t a[3]) {
+    for (int d = 0; d < 3; ++d) {
+        const size_t pos = blk[d] * g->bs[d];
+        a[d] = min_size(g->bs[d], g->shape[d] - pos);
+        in += (ptrdiff_t)pos * st[d];
+    }
+    return in;
+}
+
 /* Prefetch the rows of the block `ahead` blocks after blk (x fastest), x contiguous: each
  * of a block's rows lies in another page, too many streams for the hardware prefetcher. */
 static inline void FN(prefetch_block)(const LABEL_T *in, const ptrdiff_t st[3], const geometry *g,
@@ -334,12 +346,8 @@ static inline void FN(prefetch_block)(const LABEL_T *in, const ptrdiff_t st[3], 
         b[d] %= g->grid[d];
     }
     if (b[2] >= g->grid[2]) return;
-    const LABEL_T *origin = in;
     size_t n[3];
-    for (int d = 0; d < 3; ++d) {
-        origin += (ptrdiff_t)(b[d] * g->bs[d]) * st[d];
-        n[d] = min_size(g->bs[d], g->shape[d] - b[d] * g->bs[d]);
-    }
+    const LABEL_T *origin = FN(block_at)(in, st, g, b, n);
     const size_t row_bytes = n[0] * sizeof(LABEL_T);
     for (size_t z = 0; z < n[2]; ++z)
         for (size_t y = 0; y < n[1]; ++y) {
@@ -408,12 +416,7 @@ static int FN(encode_channel)(const LABEL_T *in, const ptrdiff_t st[3], const ge
         for (blk[1] = 0; blk[1] < g->grid[1]; ++blk[1])
             for (blk[0] = 0; blk[0] < g->grid[0]; ++blk[0]) {
                 size_t a[3];
-                const LABEL_T *bin = in;
-                for (int d = 0; d < 3; ++d) {
-                    const size_t pos = blk[d] * g->bs[d];
-                    a[d] = min_size(g->bs[d], g->shape[d] - pos);
-                    bin += (ptrdiff_t)pos * st[d];
-                }
+                const LABEL_T *bin = FN(block_at)(in, st, g, blk, a);
                 if (contiguous_x) FN(prefetch_block)(in, st, g, blk, 2);
                 /* pass 1: distinct labels */
                 FN(set_begin_block)(&s);
