@@ -181,6 +181,12 @@ def run_starts(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def run_bounds(x: np.ndarray) -> list[int]:
+    """Where each run of equal values of ``x`` starts, then ``len(x)``: runs are
+    ``pairwise(run_bounds(x))``."""
+    return [*np.flatnonzero(run_starts(x)).tolist(), len(x)]
+
+
 def sort_entries(spec: ShardingSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(order, shard numbers, minishard numbers) sorting keys by shard, minishard, key."""
     shard, minishard = spec.shard_and_minishard(keys)
@@ -200,14 +206,14 @@ def assemble_shard(
     sizes = np.fromiter(map(len, blobs), dtype=np.uint64, count=n)
     ends = np.cumsum(sizes, dtype=np.uint64) + np.uint64(base)
     starts = ends - sizes
-    firsts = np.flatnonzero(run_starts(minishards))
+    bounds = run_bounds(minishards)
     msis = [
         encode_minishard_index(spec, keys[a:b], starts[a:b], sizes[a:b], base)
-        for a, b in pairwise([*firsts.tolist(), n])
+        for a, b in pairwise(bounds)
     ]
     msi_sizes = np.fromiter(map(len, msis), dtype=np.uint64, count=len(msis))
     msi_ends = np.cumsum(msi_sizes, dtype=np.uint64) + (ends[-1] - np.uint64(base))
-    used = minishards[firsts]
+    used = minishards[bounds[:-1]]
     index[used, 0] = msi_ends - msi_sizes
     index[used, 1] = msi_ends
     return b"".join([index.tobytes(), *blobs, *msis])

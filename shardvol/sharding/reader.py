@@ -36,6 +36,7 @@ from shardvol.sharding.index import (
     decode_shard_index,
     decode_values,
     disassemble_shard,
+    run_bounds,
     run_starts,
 )
 from shardvol.sharding.lru import LRU
@@ -611,7 +612,7 @@ class ShardReader:
         ends = loc.starts + loc.sizes
         order = np.lexsort((loc.starts, loc.file))
         file_sorted = loc.file[order]
-        bounds = [*np.flatnonzero(run_starts(file_sorted)).tolist(), len(file_sorted)]
+        bounds = run_bounds(file_sorted)
         requests, placements = [], []
         for a, b in pairwise(bounds):
             key = loc.files[file_sorted[a]]

@@ -22,7 +22,7 @@ from shardvol.kvstore.base import io_pool
 from shardvol.sharding.index import (
     assemble_shard,
     encode_values,
-    run_starts,
+    run_bounds,
     shard_entries,
     sort_entries,
 )
@@ -39,7 +39,7 @@ def synthesize_shards(
     order, shards, minishards = sort_entries(spec, keys)
     blobs = encode_values(spec, [values[i] for i in order.tolist()], level)
     keys = keys[order]
-    bounds = [*np.flatnonzero(run_starts(shards)).tolist(), len(shards)]
+    bounds = run_bounds(shards)
     return {
         spec.shard_filename(int(shards[a])): assemble_shard(
             spec, keys[a:b], minishards[a:b], blobs[a:b]
