@@ -325,3 +325,27 @@ def test_a_truncated_shard_is_a_format_error_not_a_conflict(bucket):
     store.set("1_1_1/0.shard", shard[: 16 * 2 + 4])  # the shard index, then 4 bytes
     with pytest.raises(ShardFormatError, match="0.shard"):
         Volume(url)[BOXES[0]]
+
+
+def test_zarr3_cached_shard_index_never_serves_a_rewritten_shard(bucket):
+    """A handle keeps the shard index it read; chunk reads that rely on it carry its ETag,
+    and a read of chunks absent from it reads the index again (S3 cannot tell versions
+    without a request): another writer's rewrite is always seen."""
+    import shardvol.zarr3 as z
+
+    url = bucket + "/zc"
+    arr = z.create(FsspecStore(url), (16, 16), "uint16", (16, 16), (4, 4), codecs=["gzip"])
+    data = np.zeros((16, 16), np.uint16)
+    data[:8] = np.arange(128, dtype=np.uint16).reshape(8, 16) + 1
+    arr[:8] = data[:8]
+    ours = z.open(FsspecStore(url))
+    assert np.array_equal(ours[0:4, 0:4], data[0:4, 0:4])
+    assert len(ours.store.shard_index_cache) == 1
+    theirs = z.open(FsspecStore(url))
+    theirs[12:16, 12:16] = 9
+    data[12:16, 12:16] = 9
+    assert (ours[12:16, 12:16] == 9).all()  # absent from the cached index
+    theirs[0:4, 0:4] = 7  # every later chunk moves in the shard
+    data[0:4, 0:4] = 7
+    assert np.array_equal(ours[4:8, 4:12], data[4:8, 4:12])  # the cached index's ETag fails
+    assert np.array_equal(ours[...], data)

@@ -57,6 +57,11 @@ class LRU:
     def __len__(self) -> int:
         return len(self._data)
 
+    def discard(self, key: Hashable) -> None:
+        """Drop ``key``'s entry, if any."""
+        with self._lock:
+            self._data.pop(key, None)
+
     def discard_if(self, predicate: Callable[[Hashable], bool]) -> None:
         """Drop every entry whose key satisfies ``predicate``."""
         with self._lock:

@@ -182,7 +182,7 @@ class ShardReader:
             self.minishard_index_cache.clear()
             self._where.clear()
         else:
-            self.shard_index_cache.discard_if(lambda k: k == filename)
+            self.shard_index_cache.discard(filename)
             self.minishard_index_cache.discard_if(lambda k: k[0] == filename)
             self._where.pop(filename, None)
 

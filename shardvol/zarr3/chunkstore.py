@@ -5,7 +5,10 @@ Sharded arrays (codecs exactly ``[sharding_indexed]``): chunks are the *inner*
 chunks, addressed by their coordinates in the inner chunk grid of the whole
 array; the unit is the shard key.  Reads fetch each shard's index with one
 prefix/suffix byte range, then only the needed inner chunks as coalesced byte
-ranges (or the whole shard when every one of its chunks is wanted).
+ranges (or the whole shard when every one of its chunks is wanted).  Shard
+indexes are cached with the version of the shard they were read from (on stores
+that report versions): chunk reads that rely on a cached index are checked
+against that version and read again when the shard was replaced.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import itertools
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 from shardvol.chunkstore import ChunkCoord, ChunkStore
 from shardvol.errors import (
@@ -29,21 +32,34 @@ from shardvol.errors import (
 )
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import Request
+from shardvol.sharding.lru import LRU
 from shardvol.zarr3.codecs import CodecChain
 from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata
-from shardvol.zarr3.sharding import ShardIndex
+from shardvol.zarr3.sharding import EMPTY, ShardIndex
 
 #: byte ranges of one shard closer than this are fetched as one request
 DEFAULT_COALESCE_GAP = 1 << 16
 #: reads restart when a shard is replaced between its index and chunk reads; this many times
 _ATTEMPTS = 8
+#: shard indexes kept per array (fewer when they are large: _INDEX_CACHE_BYTES in all)
+DEFAULT_INDEX_CACHE_SIZE = 512
+_INDEX_CACHE_BYTES = 64 << 20
+
+
+class _CachedIndex(NamedTuple):
+    index: ShardIndex
+    version: Hashable  # the store's version token of the shard the index was read from
 
 
 class ZarrChunkStore(ChunkStore):
     """Encoded (inner) chunks of one Zarr v3 array in ``store`` (the array's directory)."""
 
     def __init__(
-        self, store: KVStore, metadata: ArrayMetadata, coalesce_gap: int = DEFAULT_COALESCE_GAP
+        self,
+        store: KVStore,
+        metadata: ArrayMetadata,
+        coalesce_gap: int = DEFAULT_COALESCE_GAP,
+        shard_index_cache_size: int = DEFAULT_INDEX_CACHE_SIZE,
     ) -> None:
         self.store = store
         self.metadata = metadata
@@ -55,6 +71,12 @@ class ZarrChunkStore(ChunkStore):
         self.chunk_shape = metadata.inner_chunk_shape
         self.grid_shape = tuple(-(-s // c) for s, c in zip(metadata.shape, self.chunk_shape))
         self._per_shard = self.layout.chunks_per_shard if self.layout else (1,) * metadata.ndim
+        #: shard key -> _CachedIndex; only indexes whose shard's version the store reported
+        self.shard_index_cache = LRU(
+            min(shard_index_cache_size, max(1, _INDEX_CACHE_BYTES // self.layout.index_nbytes))
+            if self.layout
+            else 0
+        )
 
     @classmethod
     def open(cls, url_or_store: str | KVStore, **kwargs) -> ZarrChunkStore:
@@ -152,39 +174,47 @@ class ZarrChunkStore(ChunkStore):
         if self.layout is None:
             present = {k: self.store.exists(k) for k in groups}
             return {c: present[k] for k, members in groups.items() for c in members}
-        stored = {c for c, _ in self._read_sharded(groups, want_data=False)}
+        stored = self._read_sharded_stable(groups, want_data=False)
         return {tuple(int(x) for x in c): tuple(int(x) for x in c) in stored for c in coords}
 
-    def _read_sharded_stable(self, groups: dict[str, list[ChunkCoord]]) -> dict[ChunkCoord, bytes]:
-        """:meth:`_read_sharded` of the data, read again while a shard is replaced between
-        the reads of its index and of its chunks (which would pair an index with another
-        file's bytes).  Stores without version tokens are read once."""
+    def _read_sharded_stable(
+        self, groups: dict[str, list[ChunkCoord]], want_data: bool = True
+    ) -> dict[ChunkCoord, bytes | None]:
+        """:meth:`_read_sharded`, read again while a shard is replaced between the reads of
+        its index and of its chunks (which would pair an index with another file's
+        bytes), or after its cached index: the indexes of changed shards are read anew.
+        Stores without version tokens are read once."""
         for _ in range(_ATTEMPTS):
             versions: dict[str, Hashable | None] = {}
+            cached: set[str] = set()
             try:
-                return dict(self._read_sharded(groups, want_data=True, versions=versions))
-            except VersionChangedError:
-                continue
+                return dict(self._read_sharded(groups, want_data, versions, cached))
+            except VersionChangedError as e:
+                self.shard_index_cache.discard(e.key)
             except ShardFormatError:  # e.g. an offset past the end of a shorter new file
-                if self._unchanged(versions):
+                stale = [
+                    k for k, v in versions.items() if k in cached or not self.store.still_at(k, v)
+                ]
+                if not stale:
                     raise
+                for key in stale:
+                    self.shard_index_cache.discard(key)
         raise WriteConflictError(
             f"{self.store.url}: shards {', '.join(sorted(groups)[:4])} kept changing while "
             f"being read ({_ATTEMPTS} attempts)"
         )
 
-    def _unchanged(self, versions: dict[str, Hashable | None]) -> bool:
-        return all(self.store.still_at(key, v) for key, v in versions.items())
-
     def _read_sharded(
         self,
         groups: dict[str, list[ChunkCoord]],
         want_data: bool,
-        versions: dict[str, Hashable | None] | None = None,
+        versions: dict[str, Hashable | None],
+        cached: set[str],
     ) -> Iterator[tuple[ChunkCoord, bytes | None]]:
         """(coord, bytes, or None when only presence is wanted) of the stored chunks.
-        ``versions``: filled with each shard's version as its index is read; the chunks
-        are then read only from that version (else VersionChangedError)."""
+        ``versions``: filled with each shard's version as its index is read (or taken
+        from the cache: those keys go in ``cached``); the chunks are then read only from
+        that version (else VersionChangedError)."""
         layout = self.layout
         assert layout is not None
         keys = list(groups)
@@ -192,28 +222,34 @@ class ZarrChunkStore(ChunkStore):
         whole = {
             k for k in keys if want_data and len(set(wanted[k].values())) == self._chunks_in_unit(k)
         }
-        requests = [k if k in whole else (k, layout.index_byte_range()) for k in keys]
-        if versions is None:
-            first = self._get_many(self.store.get_many, requests)
-        else:
-            first = []
-            for key, (data, version) in zip(
-                keys, self._get_many(self.store.get_many_versioned, requests)
-            ):
-                first.append(data)
-                if key not in whole:
-                    versions[key] = version
-        second: list[tuple[str, tuple[int, int], list[tuple[ChunkCoord, int, int]]]] = []
-        for key, data in zip(keys, first):
+        indexes: dict[str, ShardIndex] = {}
+        for key in keys:
+            entry = None if key in whole else self._cached_index(key, wanted[key], want_data)
+            if entry is not None:
+                indexes[key], versions[key] = entry
+                cached.add(key)
+        fetch = [k for k in keys if k not in indexes]
+        requests = [k if k in whole else (k, layout.index_byte_range()) for k in fetch]
+        first: dict[str, bytes] = {}
+        for key, (data, version) in zip(
+            fetch, self._get_many(self.store.get_many_versioned, requests)
+        ):
             if data is None:
                 continue
             if key in whole:
-                parts = layout.split_shard(data, key)
-                for coord, i in wanted[key].items():
-                    if i in parts:
-                        yield coord, parts[i]
+                first[key] = data
                 continue
-            index = layout.decode_index(data, key)
+            versions[key] = version
+            indexes[key] = layout.decode_index(data, key)
+            if version is not None:
+                self.shard_index_cache[key] = _CachedIndex(indexes[key], version)
+        second: list[tuple[str, tuple[int, int], list[tuple[ChunkCoord, int, int]]]] = []
+        for key, data in first.items():
+            parts = layout.split_shard(data, key)
+            for coord, i in wanted[key].items():
+                if i in parts:
+                    yield coord, parts[i]
+        for key, index in indexes.items():
             if not want_data:
                 for coord, i in wanted[key].items():
                     if index.byte_range(i) is not None:
@@ -222,11 +258,12 @@ class ZarrChunkStore(ChunkStore):
             for span, members in self._coalesce(index, wanted[key]):
                 second.append((key, span, members))
         values = self._get_many(
-            self.store.get_many_if, [(key, span) for key, span, _ in second], versions or {}
+            self.store.get_many_if, [(key, span) for key, span, _ in second], versions
         )
         for (key, (start, stop), members), data in zip(second, values):
-            if data is None:
-                continue  # the shard was deleted since its index was read
+            if data is None:  # the shard was deleted since its index was read
+                self.shard_index_cache.discard(key)
+                continue
             if len(data) != stop - start:
                 raise ShardFormatError(
                     f"{key}: inner chunk bytes [{start}, {stop}) point past the end of the shard"
@@ -234,6 +271,23 @@ class ZarrChunkStore(ChunkStore):
             view = memoryview(data)
             for coord, a, b in members:
                 yield coord, data if (a, b) == (start, stop) else view[a - start : b - start]
+
+    def _cached_index(
+        self, key: str, wanted: dict[ChunkCoord, int], will_read: bool
+    ) -> _CachedIndex | None:
+        """The cached index of shard ``key``, if it may serve: when some ``wanted`` chunk
+        is present in it and will be read (that read checks the shard's version), or else
+        when the store reports the shard unchanged (a store that cannot tell, such as S3,
+        whose versions come with each read, has the index read again)."""
+        entry = self.shard_index_cache.get(key)
+        if entry is None:
+            return None
+        if will_read and (entry.index.offsets[list(wanted.values())] != EMPTY).any():
+            return entry
+        now = self.store.version(key)
+        if now is not None and now != entry.version:
+            self.shard_index_cache.discard(key)
+        return entry if now is not None and now == entry.version else None
 
     def _coalesce(
         self, index: ShardIndex, wanted: dict[ChunkCoord, int]
@@ -303,6 +357,7 @@ class ZarrChunkStore(ChunkStore):
             self.store.set(unit, self.layout.join_shard(chunks))
         else:
             self.store.delete(unit)
+        self.shard_index_cache.discard(unit)  # (a stale entry would only cost a retry)
 
     def lock(self, unit: str) -> AbstractContextManager[None]:
         return self.store.lock(unit)
