@@ -14,9 +14,9 @@ against that version and read again when the shard was replaced.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from math import prod
 from typing import Any, NamedTuple
 
 from shardvol.chunkstore import ChunkCoord, ChunkStore
@@ -44,6 +44,8 @@ _ATTEMPTS = 8
 #: shard indexes kept per array (fewer when they are large: _INDEX_CACHE_BYTES in all)
 DEFAULT_INDEX_CACHE_SIZE = 512
 _INDEX_CACHE_BYTES = 64 << 20
+#: unit keys of this many shards or chunk files are remembered
+_UNIT_KEYS_CACHED = 4096
 
 
 class _CachedIndex(NamedTuple):
@@ -71,6 +73,10 @@ class ZarrChunkStore(ChunkStore):
         self.chunk_shape = metadata.inner_chunk_shape
         self.grid_shape = tuple(-(-s // c) for s, c in zip(metadata.shape, self.chunk_shape))
         self._per_shard = self.layout.chunks_per_shard if self.layout else (1,) * metadata.ndim
+        self._inner_strides = tuple(
+            math.prod(self._per_shard[i + 1 :]) for i in range(len(self._per_shard))
+        )
+        self._unit_keys: dict[tuple[int, ...], str] = {}  # outer grid coords -> unit key
         #: shard key -> _CachedIndex; only indexes whose shard's version the store reported
         self.shard_index_cache = LRU(
             min(shard_index_cache_size, max(1, _INDEX_CACHE_BYTES // self.layout.index_nbytes))
@@ -128,8 +134,13 @@ class ZarrChunkStore(ChunkStore):
 
     def unit_of(self, coord: Sequence[int]) -> str:
         """Key of the unit (shard or chunk file) that stores chunk ``coord``."""
-        coord = self._check(coord)
-        return self.metadata.chunk_key(tuple(c // p for c, p in zip(coord, self._per_shard)))
+        outer = tuple(c // p for c, p in zip(self._check(coord), self._per_shard))
+        key = self._unit_keys.get(outer)
+        if key is None:
+            if len(self._unit_keys) >= _UNIT_KEYS_CACHED:
+                self._unit_keys.clear()
+            key = self._unit_keys[outer] = self.metadata.chunk_key(outer)
+        return key
 
     def describe(self, coord: ChunkCoord) -> str:
         """How error messages name a chunk: its key, or its shard key and inner position."""
@@ -140,8 +151,8 @@ class ZarrChunkStore(ChunkStore):
         return f"shard {unit} inner chunk {inner} (chunk {tuple(int(c) for c in coord)})"
 
     def _linear(self, coord: ChunkCoord) -> int:
-        assert self.layout is not None
-        return self.layout.linear(tuple(c % p for c, p in zip(coord, self._per_shard)))
+        """Linear number (C order) of chunk ``coord`` within its shard."""
+        return sum((c % p) * s for c, p, s in zip(coord, self._per_shard, self._inner_strides))
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[str, list[ChunkCoord]]:
         groups: dict[str, list[ChunkCoord]] = {}
@@ -310,7 +321,9 @@ class ZarrChunkStore(ChunkStore):
 
     def _chunks_in_unit(self, key: str) -> int:
         outer = self.metadata.chunk_key_encoding.coords(key, self.metadata.ndim)
-        return prod(min(p, g - s * p) for s, p, g in zip(outer, self._per_shard, self.grid_shape))
+        return math.prod(
+            min(p, g - s * p) for s, p, g in zip(outer, self._per_shard, self.grid_shape)
+        )
 
     @staticmethod
     def _get_many(read: Callable[..., list], requests: list[Request], *args: Any) -> list:
