@@ -1,4 +1,4 @@
-"""Zarr v3 sharded arrays: full reads and writes, shardvol vs TensorStore vs zarr-python.
+"""Zarr v3 sharded arrays: full reads, cutouts and writes, shardvol vs TensorStore vs zarr-python.
 
 shardvol is measured through its user-facing array (``shardvol.zarr3.create``
 then ``arr[...] = data``; ``shardvol.zarr3.open(path)[...]``); TensorStore's
@@ -8,7 +8,9 @@ TensorStore wrote); every writer's output is checked to read back equal.
 
 Cases (as in the issue): a 512^3 uint8 image and a 512x512x128 uint64
 segmentation, shards 256x256x128, inner chunks 64^3; zstd image, gzip image,
-zstd segmentation (``--all`` adds gzip segmentation).  The libraries run
+zstd segmentation (``--all`` adds gzip segmentation).  Operations: a full-array read
+("read"), 24 random 100^3 boxes read one after another from one fresh handle ("cut";
+C order, as each library reads by default), a full-array write.  The libraries run
 interleaved (one round = each library once) so that load from elsewhere
 affects them alike; each figure is the best of ``--repeat`` rounds on a local
 disk (page cache warm).  MB/s are of uncompressed data; ``xN`` is shardvol's
@@ -33,6 +35,8 @@ SHARD = (256, 256, 128)
 INNER = (64, 64, 64)
 CODECS: dict[str, Codec] = {"zstd": ZstdCodec(level=3), "gzip": GzipCodec(level=6)}
 PEERS = ("tensorstore", "zarr-python")
+N_CUTOUTS = 24
+CUTOUT = 100
 
 
 def image(shape) -> np.ndarray:
@@ -105,8 +109,35 @@ def zarr_read(path):
     return zarr.open_array(path, mode="r")[...]
 
 
+def shardvol_cutouts(path: str, boxes: list[tuple[slice, ...]]) -> list[np.ndarray]:
+    arr = zarr3.open(path, mode="r")
+    return [arr[box] for box in boxes]
+
+
+def ts_cutouts(path: str, boxes: list[tuple[slice, ...]]) -> list[np.ndarray]:
+    import tensorstore as ts
+
+    arr = ts.open(ts_spec(path), read=True).result()
+    return [arr[box].read().result() for box in boxes]
+
+
+def zarr_cutouts(path: str, boxes: list[tuple[slice, ...]]) -> list[np.ndarray]:
+    import zarr
+
+    arr = zarr.open_array(path, mode="r")
+    return [arr[box] for box in boxes]
+
+
+def cutout_boxes(shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
+    """N_CUTOUTS random boxes of CUTOUT^3 (one seeded list for every library)."""
+    rng = np.random.default_rng(7)
+    corners = rng.integers(0, [s - CUTOUT + 1 for s in shape], size=(N_CUTOUTS, len(shape)))
+    return [tuple(slice(int(c), int(c) + CUTOUT) for c in corner) for corner in corners]
+
+
 WRITERS = {"shardvol": shardvol_write, "tensorstore": ts_write, "zarr-python": zarr_write}
 READERS = {"shardvol": shardvol_read, "tensorstore": ts_read, "zarr-python": zarr_read}
+CUTOUT_READERS = {"shardvol": shardvol_cutouts, "tensorstore": ts_cutouts, "zarr-python": zarr_cutouts}
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -158,10 +189,19 @@ def main() -> None:
             r = interleaved(
                 {k: (lambda f=f, s=source: f(s)) for k, f in READERS.items()}, args.repeat
             )
-            for what, t in (("read", r), ("write", w)):
-                line = f"{what:<5} {vname:<19} {cname:<5} | {mb / t['shardvol']:8.0f}"
+            boxes = cutout_boxes(data.shape)
+            want = [data[box] for box in boxes]
+            for f in CUTOUT_READERS.values():
+                assert all(np.array_equal(a, b) for a, b in zip(f(source, boxes), want))
+            c = interleaved(
+                {k: (lambda f=f, s=source, b=boxes: f(s, b)) for k, f in CUTOUT_READERS.items()},
+                args.repeat,
+            )
+            cut_mb = sum(a.nbytes for a in want) / 1e6
+            for what, t, size in (("read", r, mb), ("cut", c, cut_mb), ("write", w, mb)):
+                line = f"{what:<5} {vname:<19} {cname:<5} | {size / t['shardvol']:8.0f}"
                 for peer in PEERS:
-                    line += f" | {mb / t[peer]:11.0f} (x{t[peer] / t['shardvol']:4.2f})"
+                    line += f" | {size / t[peer]:11.0f} (x{t[peer] / t['shardvol']:4.2f})"
                 print(line, flush=True)
         print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     finally:
