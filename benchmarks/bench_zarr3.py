@@ -169,7 +169,8 @@ def main() -> None:
         cases.append(("segmentation uint64", seg, "gzip"))
     tmp = tempfile.mkdtemp(prefix="bench_zarr3_")
     print(f"shardvol ZarrArray vs TensorStore {_version('tensorstore')} vs zarr-python "
-          f"{_version('zarr')}: full-array reads and writes; shards {SHARD}, inner {INNER}; "
+          f"{_version('zarr')}: full-array reads, {N_CUTOUTS} cutouts of {CUTOUT}^3, "
+          f"full-array writes; shards {SHARD}, inner {INNER}; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; best of {args.repeat} "
           f"interleaved rounds; MB/s of uncompressed data; xN = shardvol's speed-up")  # fmt: skip
     header = f"{'':5} {'case':<19} {'codec':<5} | {'shardvol':>8} | {'tensorstore':>11} {'':>7} | {'zarr-python':>11} {'':>7}"
