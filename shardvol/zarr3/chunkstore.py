@@ -73,9 +73,6 @@ class ZarrChunkStore(ChunkStore):
         self.chunk_shape = metadata.inner_chunk_shape
         self.grid_shape = tuple(-(-s // c) for s, c in zip(metadata.shape, self.chunk_shape))
         self._per_shard = self.layout.chunks_per_shard if self.layout else (1,) * metadata.ndim
-        self._inner_strides = tuple(
-            math.prod(self._per_shard[i + 1 :]) for i in range(len(self._per_shard))
-        )
         self._unit_keys: dict[tuple[int, ...], str] = {}  # outer grid coords -> unit key
         #: shard key -> _CachedIndex; only indexes whose shard's version the store reported
         self.shard_index_cache = LRU(
@@ -151,8 +148,8 @@ class ZarrChunkStore(ChunkStore):
         return f"shard {unit} inner chunk {inner} (chunk {tuple(int(c) for c in coord)})"
 
     def _linear(self, coord: ChunkCoord) -> int:
-        """Linear number (C order) of chunk ``coord`` within its shard."""
-        return sum((c % p) * s for c, p, s in zip(coord, self._per_shard, self._inner_strides))
+        assert self.layout is not None
+        return self.layout.linear(coord)
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[str, list[ChunkCoord]]:
         groups: dict[str, list[ChunkCoord]] = {}

@@ -72,6 +72,7 @@ class ShardLayout:
         self.codec = codec
         self.spec = spec
         self.chunks_per_shard = tuple(s // c for s, c in zip(spec.shape, codec.chunk_shape))
+        self._strides = tuple(prod(self.chunks_per_shard[i + 1 :]) for i in range(len(spec.shape)))
         self.n_chunks = prod(self.chunks_per_shard)
         self.inner = CodecChain(
             codec.codecs,
@@ -193,9 +194,10 @@ class ShardLayout:
         """Inner chunk grid position (within the shard) of linear number ``i``."""
         return tuple(int(p) for p in np.unravel_index(i, self.chunks_per_shard))
 
-    def linear(self, position: Sequence[int]) -> int:
-        """Linear number (C order) of an inner chunk position within the shard."""
-        return int(np.ravel_multi_index(tuple(position), self.chunks_per_shard))
+    def linear(self, coord: Sequence[int]) -> int:
+        """Linear number (C order) within its shard of the inner chunk at ``coord``: its
+        position in the shard, or in the array's inner chunk grid."""
+        return sum((c % p) * s for c, p, s in zip(coord, self.chunks_per_shard, self._strides))
 
     def slices(self, i: int) -> tuple[slice, ...]:
         """Region of inner chunk ``i`` in the shard array."""
