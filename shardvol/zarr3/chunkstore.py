@@ -293,9 +293,11 @@ class ZarrChunkStore(ChunkStore):
         if will_read and (entry.index.offsets[list(wanted.values())] != EMPTY).any():
             return entry
         now = self.store.version(key)
-        if now is not None and now != entry.version:
+        if now == entry.version:  # (never None: such indexes are not cached)
+            return entry
+        if now is not None:
             self.shard_index_cache.discard(key)
-        return entry if now is not None and now == entry.version else None
+        return None
 
     def _coalesce(
         self, index: ShardIndex, wanted: dict[ChunkCoord, int]
