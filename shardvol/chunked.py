@@ -354,8 +354,11 @@ def _cast_value(value: Any, dtype: np.dtype) -> np.ndarray:
         try:
             with np.errstate(invalid="ignore", over="ignore"):
                 converted = np.array(value).astype(dtype, casting="unsafe")
-                same = bool(converted == arr) or (arr.dtype.kind == "f" and np.isnan(arr)
-                                                  and dtype.kind == "f")
+                # compared as Python numbers, exactly (numpy would compare an integer and
+                # a float in float64, where 2**53 + 1 equals 2**53)
+                same = converted.item() == arr.item() or (
+                    arr.dtype.kind == "f" and np.isnan(arr) and dtype.kind == "f"
+                )
         except (OverflowError, ValueError, TypeError):
             same = False
         if not same:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -239,7 +240,7 @@ class VolumeInfo:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
-    def scale_index(self, selector: int | str | tuple[float, float, float] | list) -> int:
+    def scale_index(self, selector: int | str | Sequence[float]) -> int:
         """Index of a scale chosen by position, key, or resolution."""
         if isinstance(selector, int) and not isinstance(selector, bool):
             if not -len(self.scales) <= selector < len(self.scales):
@@ -251,7 +252,12 @@ class VolumeInfo:
                 if s.key == selector:
                     return i
             raise InfoError(f"no scale with key {selector!r}; keys are {[s.key for s in self.scales]}")
-        res = tuple(float(r) for r in selector)
+        try:
+            res = tuple(float(r) for r in selector)
+        except (TypeError, ValueError):
+            raise InfoError(
+                f"a scale is chosen by index, key or resolution (3 numbers), not {selector!r}"
+            ) from None
         for i, s in enumerate(self.scales):
             if tuple(float(r) for r in s.resolution) == res:
                 return i

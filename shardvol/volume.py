@@ -8,6 +8,7 @@ order, indexed in the volume's global voxel coordinates (the domain starts at
 from __future__ import annotations
 
 import numbers
+import operator
 import posixpath
 from collections.abc import Sequence
 from typing import Any
@@ -78,7 +79,7 @@ class Volume:
         meta = self._meta
         if isinstance(mip, numbers.Integral) and not isinstance(mip, bool):
             mip = int(mip)  # numpy integers too
-        self._mip = meta.scale_index(mip if isinstance(mip, (int, str)) else tuple(mip))
+        self._mip = meta.scale_index(mip)
         scale = meta.scales[self._mip]
         c = meta.num_channels
         grid = ChunkGrid(
@@ -260,8 +261,9 @@ class Volume:
 
     def refresh(self) -> None:
         """Re-read the info file (after another process added scales)."""
+        key = self.scale.key  # (scales are ordered by resolution: indexes may shift)
         self._meta = read_info(self._kv)
-        self._select(self.scale.key)
+        self._select(key)
 
     def add_scale(
         self,
@@ -308,8 +310,9 @@ class Volume:
             meta = meta.with_scale(scale)
             VolumeInfo.from_dict(meta.to_dict())  # validate the combination
             self._kv.set(INFO_KEY, meta.to_json().encode())
+        current = self.scale.key  # (scales are ordered by resolution: indexes may shift)
         self._meta = meta
-        self._select(self.scale.key)
+        self._select(current)
         return self.mip(scale.key)
 
     # ------------------------------------------------------------- creation
@@ -398,18 +401,20 @@ def make_scale(
     res = [float(r) if not float(r).is_integer() else int(r) for r in resolution]
     d: dict[str, Any] = {
         "key": key or resolution_key(tuple(res)),  # type: ignore[arg-type]
-        "size": [int(v) for v in size],
+        "size": [_integer(v) for v in size],
         "resolution": res,
-        "voxel_offset": [int(v) for v in voxel_offset],
-        "chunk_sizes": [[int(v) for v in chunk_size]],
+        "voxel_offset": [_integer(v) for v in voxel_offset],
+        "chunk_sizes": [[_integer(v) for v in chunk_size]],
         "encoding": encoding,
     }
     if compressed_segmentation_block_size is not None:
-        d["compressed_segmentation_block_size"] = [int(v) for v in compressed_segmentation_block_size]
+        d["compressed_segmentation_block_size"] = [
+            _integer(v) for v in compressed_segmentation_block_size
+        ]
     if encoding == "jpeg" and jpeg_quality is not None:
-        d["jpeg_quality"] = int(jpeg_quality)
+        d["jpeg_quality"] = _integer(jpeg_quality)
     if encoding == "png" and png_level is not None:
-        d["png_level"] = int(png_level)
+        d["png_level"] = _integer(png_level)
     scale = ScaleInfo.from_dict(d, f"scale {d['key']}")
     if sharding == "auto":
         spec = auto_sharding(
@@ -423,6 +428,17 @@ def make_scale(
     elif sharding is not None:
         raise InfoError(f"sharding must be None, 'auto' or a spec dict, got {sharding!r}")
     return ScaleInfo.from_dict(d, f"scale {d['key']}")
+
+
+def _integer(value: Any) -> Any:
+    """``value`` as an int if it is a whole number (4, np.int64(4), 4.0), else unchanged,
+    for the info validation to refuse with the field's name (never truncated)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            return int(value)
+        return value
 
 
 def _fill_value(value: Any, dtype: np.dtype, url: str) -> Any:

@@ -297,6 +297,51 @@ def test_multiscale_add_scale_and_select(tmp_path):
         vol.mip(5)
 
 
+def test_a_volume_stays_on_its_scale_when_a_finer_one_is_added(tmp_path):
+    # scales are ordered by resolution: a finer one added moves this one's index
+    vol = Volume.create(str(tmp_path), size=(8, 8, 4), resolution=(4, 4, 40), chunk_size=(4, 4, 4))
+    vol[...] = 7
+    vol.add_scale(resolution=(2, 2, 40), size=(16, 16, 4))
+    assert vol.resolution == (4, 4, 40) and (vol[...] == 7).all()
+    Volume(str(tmp_path)).add_scale(resolution=(1, 1, 40), size=(32, 32, 4))  # another handle
+    vol.refresh()
+    assert vol.resolution == (4, 4, 40) and vol.mip_level == 2 and (vol[...] == 7).all()
+
+
+def test_scalars_are_written_only_when_exact(tmp_path):
+    # numpy compares an integer with a float in float64, where 2**53 + 1 == 2**53
+    for dtype, bad in (("float32", 2**60 + 1), ("float32", np.int64(2**40 + 1)),
+                       ("float64", 2**53 + 1), ("float64", np.uint64(2**64 - 1)),
+                       ("uint8", 2.5), ("float32", 0.1)):
+        vol = Volume.create(str(tmp_path / dtype), size=(2, 2, 2), chunk_size=(2, 2, 2),
+                            data_type=dtype, overwrite=True)
+        with pytest.raises(InvalidArgumentError, match="exactly"):
+            vol[0, 0, 0] = bad
+        with pytest.raises(InvalidArgumentError, match="fill_value"):
+            Volume(str(tmp_path / dtype), fill_value=bad)
+        assert (vol[...] == 0).all()
+    vol = Volume.create(str(tmp_path / "f"), size=(2, 2, 2), chunk_size=(2, 2, 2),
+                        data_type="float64")
+    vol[0, 0, 0] = 2**53
+    vol[1, 0, 0] = np.uint64(2**63)
+    assert vol[0:2, 0, 0, 0].tolist() == [2.0**53, 2.0**63]
+
+
+def test_create_refuses_fractional_geometry(tmp_path):
+    for field in ("size", "voxel_offset", "chunk_size"):
+        with pytest.raises(InfoError, match=field.replace("chunk_size", "chunk_sizes")):
+            Volume.create(str(tmp_path), **{"size": (8, 8, 8), field: (4.5, 4, 4)})
+    vol = Volume.create(str(tmp_path), size=np.array([8.0, 8, 8]), chunk_size=(np.int64(4), 4, 4))
+    assert vol.shape == (8, 8, 8, 1) and vol.chunk_size == (4, 4, 4)
+
+
+def test_mip_selectors_of_the_wrong_kind_are_info_errors(tmp_path):
+    Volume.create(str(tmp_path), size=(4, 4, 4), chunk_size=(2, 2, 2))
+    for bad in (True, 1.5, None, object()):
+        with pytest.raises(InfoError, match="index, key or resolution"):
+            Volume(str(tmp_path), mip=bad)
+
+
 def test_corrupt_inputs_name_the_culprit(tmp_path):
     vol = Volume.create(str(tmp_path / "u"), size=(8, 8, 8), chunk_size=(4, 4, 4), data_type="uint16")
     vol[...] = 1
