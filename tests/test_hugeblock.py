@@ -95,3 +95,17 @@ def test_volume_reads_partly_outside_fill_the_rest(tmp_path):
         assert out.ctypes.data % PAGE == 0
         assert (out[128:] == 9).all() and (out[:128] == 5).all()
         del out
+
+
+def test_buffers_of_any_size_come_from_blocks_and_freed_ones_are_reused():
+    a = hugeblock.buffer(300_000)
+    assert (a.shape, a.dtype, a.flags.writeable) == ((300_000,), np.uint8, True)
+    assert a.ctypes.data % PAGE == 0 and not a.flags.owndata
+    big = hugeblock.buffer(41 << 20)  # cached alone once freed (the cache keeps 64 MiB)
+    address = big.ctypes.data
+    big[:] = 7
+    del big
+    again = hugeblock.buffer(41 << 20)
+    assert again.ctypes.data == address and (again == 7).all()  # its pages, as left
+    with pytest.raises(ValueError):
+        hugeblock.buffer(0)

@@ -200,6 +200,36 @@ class TestFileStore(StoreContract):
         with pytest.raises(StoreError, match="cannot read"):
             s.get("x" * 300)  # a name too long for the file system
 
+    def test_large_batched_reads_are_read_only_views_of_one_pooled_block(self, tmp_path,
+                                                                         monkeypatch):
+        s = FileStore(str(tmp_path))
+        s.POOLED_READ_BYTES = 5000
+        s.set("k", VALUE)
+        s.set("small", VALUE[:100])
+        reqs = [("k", (0, 4000)), ("k", (5000, 5000)), ("k", (6000, 10240)), "small"]
+        got = s.get_many(reqs)
+        assert [bytes(v) for v in got] == [VALUE[:4000], b"", VALUE[6000:], VALUE[:100]]
+        assert all(type(v) is memoryview and v.readonly for v in got)
+        assert got[0].obj is got[2].obj is got[3].obj  # one block for the batch's values
+        assert type(s.get_many(["small"])[0]) is bytes  # fewer bytes in all: not pooled
+        assert type(s.get("k")) is bytes  # single reads stay bytes
+        for i in range(150):  # more files than a batch holds open at once
+            s.set(f"many/{i}", VALUE[i : i + 40])
+        fds = len(os.listdir("/proc/self/fd"))
+        got = s.get_many([f"many/{i}" for i in range(150)] + ["k"])
+        assert [bytes(v) for v in got] == [VALUE[i : i + 40] for i in range(150)] + [VALUE]
+        assert len(os.listdir("/proc/self/fd")) == fds
+        [(value, version)] = s.get_many_versioned([("k", (0, 10240))])
+        assert value == VALUE and version == s.version("k")
+
+        def shrink_then_resolve(byte_range, size, key):
+            os.truncate(tmp_path / "k", 10)
+            return resolve_range(byte_range, size, key)
+
+        monkeypatch.setattr(file_store, "resolve_range", shrink_then_resolve)
+        with pytest.raises(StoreError, match="'k' shrank while it was being read"):
+            s.get_many([("k", (0, 6000))])
+
     def test_atomic_write_leaves_no_temp_files(self, tmp_path):
         s = FileStore(str(tmp_path))
         s.set("a/b", b"123")

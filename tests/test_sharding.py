@@ -37,7 +37,7 @@ from shardvol.sharding import (
     update_shard,
     write_shards,
 )
-from shardvol.sharding.index import decode_minishard_indexes
+from shardvol.sharding.index import decode_minishard_indexes, decode_shard_index
 
 from .stores import Recording
 
@@ -417,6 +417,14 @@ def test_caches_are_lru_resizable_and_invalidated():
     assert reader.get_data_many(list(data)) == {k: b"x" for k in data}
     with pytest.raises(ValueError):
         reader.minishard_index_cache.resize(-1)
+
+
+def test_cached_shard_indexes_do_not_keep_the_buffer_they_were_read_into():
+    # (a FileStore reads into pooled blocks of 2 MiB or more: a view would keep one alive)
+    spec = spec_of(minishard_bits=3, shard_bits=2)
+    buf = bytearray(range(256)) * (spec.index_length // 256 + 1)
+    index = decode_shard_index(memoryview(buf)[: spec.index_length], spec, "0.shard")
+    assert index.shape == (8, 2) and not np.shares_memory(index, np.frombuffer(buf, np.uint8))
 
 
 def test_absent_shards_are_cached_until_invalidated():

@@ -41,11 +41,11 @@ class SwapBeforeFirstDataRead(FileStore):
 
     swapped = False
 
-    def _read_file(self, key, ranges):
-        if not self.swapped and any(r and r[0] >= SPEC.index_length for r in ranges):
+    def _read_batch(self, reqs, pooled=True):
+        if not self.swapped and any(r and r[0] >= SPEC.index_length for _, r in reqs):
             self.swapped = True
             write_shards(FileStore(self.root), SPEC, contents(3))
-        return super()._read_file(key, ranges)
+        return super()._read_batch(reqs, pooled)
 
 
 @pytest.mark.parametrize("streaming", [False, True])
@@ -90,12 +90,12 @@ class RefreshDuringMinishardRead(FileStore):
         super().__init__(root)
         self.reader = None
 
-    def _read_file(self, key, ranges):
-        if self.reader is not None and any(r and r[0] > 0 for r in ranges):  # minishard index
+    def _read_batch(self, reqs, pooled=True):
+        if self.reader is not None and any(r and r[0] > 0 for _, r in reqs):  # minishard index
             reader, self.reader = self.reader, None
             write_shards(FileStore(self.root), SPEC, contents(2))
             assert reader.get_data_many(range(40)) == contents(2)
-        return super()._read_file(key, ranges)
+        return super()._read_batch(reqs, pooled)
 
 
 @pytest.mark.parametrize("call", ["get", "stream", "exists", "labels"])

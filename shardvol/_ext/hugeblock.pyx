@@ -48,10 +48,19 @@ def empty(shape, dtype, order="C"):
     cdef size_t nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < MIN_BYTES or dtype.hasobject:
         return np.empty(shape, dtype, order=order)
+    return buffer(nbytes).view(dtype).reshape(shape, order=order)
+
+
+def buffer(size_t nbytes):
+    """A 1-D uint8 array of ``nbytes`` (> 0) in a block, whatever its size: for buffers
+    filled and dropped again and again (reads), which then reuse a cached block whose
+    pages are present instead of faulting in fresh memory each time."""
+    if nbytes == 0:
+        raise ValueError("a block buffer needs at least one byte")
     cdef _Block block = _Block.__new__(_Block)
     with nogil:
         block.ptr = sv_hugeblock_alloc(nbytes, &block.capacity)
     if block.ptr == NULL:
         raise MemoryError(f"cannot allocate {nbytes} bytes")
     block.size[0] = nbytes
-    return np.frombuffer(block, np.uint8).view(dtype).reshape(shape, order=order)
+    return np.frombuffer(block, np.uint8)

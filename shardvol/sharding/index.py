@@ -57,7 +57,8 @@ def decode_shard_index(buf: bytes, spec: ShardingSpec, filename: str) -> np.ndar
             f"{filename}: shard index truncated: {len(buf)} bytes, expected {spec.index_length} "
             f"for minishard_bits {spec.minishard_bits}"
         )
-    return np.frombuffer(buf, dtype=_U64).reshape(-1, 2).astype(np.uint64, copy=False)
+    # a copy: a view would keep the whole buffer the index was read into (see FileStore)
+    return np.frombuffer(buf, dtype=_U64).reshape(-1, 2).astype(np.uint64)
 
 
 def check_minishard_ranges(
