@@ -12,14 +12,18 @@
 
 int64_t sv_raw_span(int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
                     const int64_t count[4]) {
-    int64_t stride = itemsize, first = 0, last = 0;
+    int64_t stride = itemsize, first = 0, last = 0, step;
     for (int d = 0; d < 4; d++) {
         if (count[d] <= 0) return 0;
-        first += origin[d] * stride;
-        last += (origin[d] + count[d] - 1) * stride;
-        stride *= shape[d];
+        if (origin[d] < 0 || count[d] > shape[d] - origin[d]) return -1; /* not in the chunk */
+        if (__builtin_mul_overflow(origin[d], stride, &step) ||
+            __builtin_add_overflow(first, step, &first) ||
+            __builtin_mul_overflow(origin[d] + count[d] - 1, stride, &step) ||
+            __builtin_add_overflow(last, step, &last) ||
+            (d < 3 && __builtin_mul_overflow(stride, shape[d], &stride)))
+            return -1;
     }
-    return last - first + itemsize;
+    return last - first + itemsize; /* <= last + itemsize: the box's last byte fits int64 */
 }
 
 /* Read exactly len bytes at offset; 1 if the file ends first, -1 on error. */
@@ -58,7 +62,7 @@ int sv_raw_read_box(const char *path, int64_t itemsize, const int64_t shape[4],
     *err_no = 0;
     if (!box_in_chunk(itemsize, shape, origin, count, out_strides)) return SV_ERR_ARGUMENT;
     const int64_t span = sv_raw_span(itemsize, shape, origin, count);
-    if (span > scratch_len) return SV_ERR_ARGUMENT;
+    if (span < 0 || span > scratch_len) return SV_ERR_ARGUMENT;
     int64_t expected = itemsize, start = 0, stride = itemsize;
     for (int d = 0; d < 4; d++) {
         expected *= shape[d];

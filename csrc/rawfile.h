@@ -20,7 +20,8 @@
 #define SV_RAW_MISSING 1 /* no such file: the chunk is missing */
 #define SV_RAW_OTHER 2   /* not plain raw voxels of this shape: decode it another way */
 
-/* Bytes of scratch space sv_raw_read_box needs for a box: the span it reads. */
+/* Bytes of scratch space sv_raw_read_box needs for a box: the span it reads; -1 if the
+ * box is not inside the chunk, or its end overflows int64 (no such file can exist). */
 int64_t sv_raw_span(int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
                     const int64_t count[4]);
 

@@ -118,7 +118,12 @@ class ChunkedArray:
         """The selected elements; dropped axes removed, ``order`` memory layout."""
         shape = tuple(a.count for a in sel)
         inside = selection_in_domain(sel, self.grid)
-        out = hugeblock.empty(shape, self.dtype, order=self.order)
+        try:
+            out = hugeblock.empty(shape, self.dtype, order=self.order)
+        except (MemoryError, OverflowError) as e:
+            raise InvalidArgumentError(
+                f"no memory for the {shape} array of {self.dtype} this read returns ({e})"
+            ) from None
         if not inside:
             np.copyto(out, self.fill_value, casting="unsafe")  # as np.full does
         parts = chunk_parts(sel, self.grid)

@@ -204,8 +204,15 @@ class VolumeInfo:
             extra={k: v for k, v in d.items()
                    if k not in ("@type", "type", "data_type", "num_channels", "scales")},
         )
+        itemsize = np.dtype(data_type).itemsize
         for i, scale in enumerate(scales):
             info.check_encoding(scale.encoding, f"scales[{i}].encoding")
+            for what, shape in (("size", scale.size), ("chunk_sizes", scale.chunk_size)):
+                if math.prod(shape) * channels * itemsize >= 1 << 63:
+                    raise InfoError(
+                        f"info: scales[{i}].{what} {list(shape)} x num_channels {channels} of "
+                        f"{data_type} is 2**63 bytes or more"
+                    )
         return info
 
     def check_encoding(self, encoding: str, where: str) -> None:

@@ -27,9 +27,13 @@ def chunk_key(grid: ChunkGrid, coord: ChunkCoord) -> str:
 class UnshardedChunkStore(ChunkStore):
     """One file per chunk, named by its voxel bounds; ``<name>.gz`` (CloudVolume) is read too."""
 
-    def __init__(self, store: KVStore, grid: ChunkGrid) -> None:
+    def __init__(
+        self, store: KVStore, grid: ChunkGrid, max_chunk_bytes: int | None = None
+    ) -> None:
+        """``max_chunk_bytes``: a ``.gz`` chunk file inflating to more is corrupt."""
         self.kv = store
         self.grid = grid
+        self.max_chunk_bytes = max_chunk_bytes
 
     def describe(self, coord: ChunkCoord) -> str:
         return self._name(chunk_key(self.grid, coord))
@@ -63,7 +67,9 @@ class UnshardedChunkStore(ChunkStore):
             yield c, blob, self._name(key)
 
     def _gunzip(self, blob: bytes, key: str) -> bytes:
-        return gzip_decompress(blob, self._name(key) + ".gz", ChunkDecodeError)
+        return gzip_decompress(
+            blob, self._name(key) + ".gz", ChunkDecodeError, max_size=self.max_chunk_bytes
+        )
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, list[ChunkCoord]]:
         return {c: [c] for c in coords}

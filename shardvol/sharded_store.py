@@ -31,14 +31,20 @@ class ShardedChunkStore(ChunkStore):
     """Chunks of one scale in ``neuroglancer_uint64_sharded_v1`` shard files."""
 
     def __init__(
-        self, store: KVStore, grid: ChunkGrid, spec: ShardingSpec, level: int = DEFAULT_LEVEL
+        self,
+        store: KVStore,
+        grid: ChunkGrid,
+        spec: ShardingSpec,
+        level: int = DEFAULT_LEVEL,
+        max_chunk_bytes: int | None = None,
     ) -> None:
+        """``max_chunk_bytes``: gzip-encoded chunk data inflating to more is corrupt."""
         self.kv = store
         self.grid = grid
         self.spec = spec
         self.level = level
         self.grid_size = grid.grid_shape[:3]
-        self.reader = ShardReader(store, spec)
+        self.reader = ShardReader(store, spec, max_value_size=max_chunk_bytes)
 
     def codes(self, coords: Sequence[ChunkCoord]) -> np.ndarray:
         xyz = np.array([c[:3] for c in coords], dtype=np.uint64).reshape(-1, 3)

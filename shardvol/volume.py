@@ -7,6 +7,7 @@ order, indexed in the volume's global voxel coordinates (the domain starts at
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 import posixpath
@@ -89,11 +90,16 @@ class Volume:
         )
         kv = _scale_store(self._kv, scale)
         self._spec = ShardingSpec.from_dict(scale.sharding) if scale.sharding else None
+        # no encoding stores a chunk in more than a few times its voxels' bytes: gzipped
+        # data inflating to more is corrupt (or a "gzip bomb"), not a chunk
+        max_chunk = 4 * math.prod(grid.chunk_shape) * meta.dtype.itemsize + (1 << 20)
         store: ChunkStore
         if self._spec is None:
-            store = UnshardedChunkStore(kv, grid)
+            store = UnshardedChunkStore(kv, grid, max_chunk)
         else:
-            store = ShardedChunkStore(kv, grid, self._spec, self._options["compress_level"])
+            store = ShardedChunkStore(
+                kv, grid, self._spec, self._options["compress_level"], max_chunk
+            )
         codec = get_codec(
             scale.encoding,
             dtype=meta.dtype,

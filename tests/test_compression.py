@@ -1,6 +1,8 @@
 """gzip helpers against Python's gzip module (an independent implementation)."""
 
 import gzip
+import tracemalloc
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -41,6 +43,42 @@ def test_corrupt_gzip_is_a_named_error(bad):
 def test_expected_size_is_enforced():
     with pytest.raises(ChunkDecodeError, match="expected 11"):
         gzip_decompress(gzip.compress(b"0123456789"), "c", ChunkDecodeError, expected_size=11)
+
+
+def _bomb(members: int, member_bytes: int = 16 << 20) -> bytes:
+    """A multi-member gzip stream of ``members`` * ``member_bytes`` zeros, then b"x"."""
+    zeros = zlib.compressobj(9, zlib.DEFLATED, 31)
+    member = zeros.compress(bytes(member_bytes)) + zeros.flush()
+    return member * members + gzip.compress(b"x")
+
+
+@pytest.mark.parametrize("bound", ["expected_size", "max_size"])
+def test_inflating_stops_once_the_output_outgrows_its_bound(bound):
+    bomb = _bomb(64)  # 1 GiB of zeros in 1 MB; its trailer says 1 byte
+    tracemalloc.start()
+    with pytest.raises(ChunkDecodeError, match="decodes to more than 512 bytes"):
+        gzip_decompress(bomb, "c", ChunkDecodeError, **{bound: 512})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 << 20  # never more than a few MB, not the GiB
+    big = gzip.compress(bytes(1000))  # a single member, over the bound
+    with pytest.raises(ChunkDecodeError, match="more than 999 bytes"):
+        gzip_decompress(big, "c", ChunkDecodeError, max_size=999)
+    assert gzip_decompress(big, "c", ChunkDecodeError, max_size=1000) == bytes(1000)
+    two = _bomb(2, 300)
+    assert gzip_decompress(two, "c", ChunkDecodeError, max_size=601) == bytes(600) + b"x"
+    with pytest.raises(ChunkDecodeError, match="more than 600 bytes"):
+        gzip_decompress(two, "c", ChunkDecodeError, max_size=600)
+
+
+def test_a_trailer_claiming_more_than_deflate_can_hold_is_not_trusted():
+    forged = bytearray(gzip.compress(b"abc"))
+    forged[-4:] = (0xFFFFFFF0).to_bytes(4, "little")  # ISIZE: 4 GiB from 23 bytes
+    tracemalloc.start()
+    with pytest.raises(ChunkDecodeError, match="c: "):
+        gzip_decompress(bytes(forged), "c", ChunkDecodeError)
+    assert tracemalloc.get_traced_memory()[1] < 1 << 20  # no 4 GiB output buffer
+    tracemalloc.stop()
 
 
 @settings(max_examples=200, deadline=None)

@@ -70,6 +70,8 @@ def mutate(path, value):
         (("type",), "volume", "type 'volume'"),
         (("data_type",), "complex64", "data_type 'complex64'"),
         (("num_channels",), 0, "num_channels"),
+        (("num_channels",), 2**64, r"scales\[0\].size .* num_channels 18446744073709551616 .* 2\*\*63"),
+        (("scales", 1, "size"), [2**21, 2**21, 2**21], r"scales\[1\].size .* 2\*\*63 bytes"),
         (("scales", 0, "size"), [1, 2], r"scales\[0\].size must be 3 integers"),
         (("scales", 0, "size"), [1, 2, 0], r"scales\[0\].size must be positive"),
         (("scales", 1, "voxel_offset"), [0, 0, 1.5], r"scales\[1\].voxel_offset"),

@@ -6,6 +6,7 @@ TensorStore writes the volumes; every read is compared with the array it wrote.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shlex
 import subprocess
@@ -108,6 +109,19 @@ def test_wrong_size_chunk_names_the_file(tmp_path, size):
     path.write_bytes(b"\x05" * size)
     with pytest.raises(ChunkDecodeError, match="8-16_0-8_0-8"):
         Volume(str(tmp_path))[10:12, 2:3, 4:8]
+
+
+def test_a_chunk_size_no_file_can_have_goes_the_generic_way(tmp_path):
+    # the box's span in the claimed 2**60-byte chunk is not allocated as read scratch
+    n = 1 << 20
+    info = {"@type": "neuroglancer_multiscale_volume", "type": "image", "data_type": "uint8",
+            "num_channels": 1, "scales": [{"key": "s", "size": [n, n, n], "resolution": [1, 1, 1],
+                                           "chunk_sizes": [[n, n, n]], "encoding": "raw"}]}
+    (tmp_path / "s").mkdir()
+    (tmp_path / "info").write_text(json.dumps(info))
+    (tmp_path / "s" / f"0-{n}_0-{n}_0-{n}").write_bytes(bytes(64))
+    with pytest.raises(ChunkDecodeError, match=f"0-{n}_0-{n}_0-{n}.*needs {n**3} bytes, got 64"):
+        Volume(str(tmp_path))[0:2, 0:2, 0:2]
 
 
 def test_reader_only_for_local_raw_unsharded(tmp_path):

@@ -13,6 +13,7 @@ import os
 import random
 import struct
 import uuid
+import zlib
 from pathlib import Path
 from typing import ClassVar
 
@@ -425,6 +426,23 @@ def test_cached_shard_indexes_do_not_keep_the_buffer_they_were_read_into():
     buf = bytearray(range(256)) * (spec.index_length // 256 + 1)
     index = decode_shard_index(memoryview(buf)[: spec.index_length], spec, "0.shard")
     assert index.shape == (8, 2) and not np.shares_memory(index, np.frombuffer(buf, np.uint8))
+
+
+def test_gzip_values_inflating_past_max_value_size_are_shard_format_errors():
+    zeros = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = zeros.compress(bytes(256 << 20)) + zeros.flush()  # 256 MiB of zeros, 250 KB
+    raw, gz = spec_of(), spec_of(data_encoding="gzip")
+    store = memory_store()
+    write_shards(store, raw, {5: bomb, 6: gzip_compress(b"fine")})  # the same layout as gz
+    reader = ShardReader(store, gz, max_value_size=1 << 20)
+    assert reader.get_data(6) == b"fine"
+    with pytest.raises(ShardFormatError, match="data of key 5: gzip data decodes to more than"):
+        reader.get_data_many([5, 6])
+    with pytest.raises(ShardFormatError, match="key 5.*more than 1048576 bytes"):
+        dict(reader.iter_data_many([5]))
+    [(_, stored)] = reader.iter_data_many([5], decode=False)
+    with pytest.raises(ShardFormatError, match="v: gzip data decodes to more than"):
+        reader.decode_value(stored, "v")
 
 
 def test_absent_shards_are_cached_until_invalidated():

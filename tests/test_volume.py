@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 import re
+import zlib
 
 import numpy as np
 import pytest
@@ -340,6 +341,38 @@ def test_mip_selectors_of_the_wrong_kind_are_info_errors(tmp_path):
     for bad in (True, 1.5, None, object()):
         with pytest.raises(InfoError, match="index, key or resolution"):
             Volume(str(tmp_path), mip=bad)
+
+
+def test_a_read_too_large_for_memory_is_an_invalid_argument(tmp_path, monkeypatch):
+    vol = Volume.create(str(tmp_path), size=(8, 8, 8), chunk_size=(4, 4, 4))
+
+    def no_memory(shape, dtype, order="C"):
+        raise MemoryError(f"cannot allocate {np.prod(shape)} bytes")
+
+    monkeypatch.setattr("shardvol._ext.hugeblock.empty", no_memory)
+    with pytest.raises(InvalidArgumentError, match=r"no memory for the \(8, 8, 8, 1\) array"):
+        vol[...]
+
+
+def test_gzip_bombs_in_place_of_chunks_are_errors_not_allocations(tmp_path):
+    zeros = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = zeros.compress(bytes(256 << 20)) + zeros.flush()  # 256 MiB of zeros, 250 KB
+    vol = Volume.create(str(tmp_path / "u"), size=(8, 8, 8), chunk_size=(8, 8, 8),
+                        data_type="uint32", encoding="compressed_segmentation")
+    (tmp_path / "u" / vol.scale.key).mkdir()
+    (tmp_path / "u" / vol.scale.key / "0-8_0-8_0-8.gz").write_bytes(bomb)  # as CloudVolume names
+    with pytest.raises(ChunkDecodeError, match=r"0-8_0-8_0-8\.gz: gzip data decodes to more"):
+        vol[...]
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+            "minishard_bits": 0, "shard_bits": 0, "minishard_index_encoding": "raw",
+            "data_encoding": "gzip"}
+    vol = Volume.create(str(tmp_path / "s"), size=(8, 8, 8), chunk_size=(8, 8, 8),
+                        data_type="uint8", sharding=spec)
+    # the same shard layout with raw data encoding stores the bomb as chunk 0's gzip data
+    raw = shardvol.sharding.ShardingSpec.from_dict({**spec, "data_encoding": "raw"})
+    shardvol.sharding.write_shards(str(tmp_path / "s" / vol.scale.key), raw, {0: bomb})
+    with pytest.raises(ShardFormatError, match="gzip data decodes to more than"):
+        vol[...]
 
 
 def test_corrupt_inputs_name_the_culprit(tmp_path):

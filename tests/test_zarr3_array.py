@@ -19,6 +19,7 @@ import shardvol.zarr3 as z
 from shardvol.errors import (
     AlreadyExistsError,
     ChecksumError,
+    ChunkDecodeError,
     InfoError,
     InvalidArgumentError,
     OutOfBoundsError,
@@ -299,3 +300,13 @@ def test_shard_replaced_between_index_and_chunk_reads(index_location):
         MemoryStore, f"memory://zarr-race-{index_location}", index_location)
     assert np.array_equal(got, old[4:8, 4:8]) or np.array_equal(got, new[4:8, 4:8]), got
     assert np.array_equal(arr[...], new)
+
+
+@pytest.mark.parametrize("codecs", [["zstd"], [{"name": "transpose", "configuration": {"order": [2, 1, 0]}}, "zstd"], []])
+def test_a_chunk_shape_far_larger_than_the_stored_chunks_is_a_decode_error(tmp_path, codecs):
+    z.create(str(tmp_path), (8, 8, 8), "uint16", (8, 8, 8), codecs=codecs)[...] = 3
+    doc = json.loads((tmp_path / "zarr.json").read_text())
+    doc["shape"] = doc["chunk_grid"]["configuration"]["chunk_shape"] = [1 << 14] * 3  # 8 TiB
+    (tmp_path / "zarr.json").write_text(json.dumps(doc))
+    with pytest.raises(ChunkDecodeError, match="c/0/0/0"):
+        z.open(str(tmp_path), mode="r")[0:2, 0:2, 0:2]

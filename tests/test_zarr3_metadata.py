@@ -230,6 +230,9 @@ SHARD_CONF = ("codecs", 0, "configuration")
         ((*SHARD_CONF, "codecs", 1, "configuration", "level"), 99, "level"),
         ((*SHARD_CONF, "codecs", 1, "configuration", "extra"), 1, "extra"),
         ((*SHARD_CONF, "codecs", 1), {"name": "blosc", "configuration": {"cname": "foo"}}, "cname"),
+        ((*SHARD_CONF, "codecs", 1), {"name": "blosc", "configuration": {"shuffle": ["shuffle"]}}, "shuffle"),  # fmt: skip
+        (("shape",), [1 << 31, 1 << 31], r"shape .* 2\*\*63 bytes"),
+        (("chunk_grid", "configuration", "chunk_shape"), [1 << 31] * 2, r"chunk_shape .* 2\*\*63"),
         ((*SHARD_CONF, "codecs", 1), {"name": "transpose", "configuration": {"order": [0, 1]}}, "array -> array"),  # fmt: skip
         (("codecs", 1), {"name": "transpose", "configuration": {"order": [0, 0]}}, "array -> array"),
     ],

@@ -18,6 +18,8 @@ cnp.import_array()
 #: read_boxes statuses besides 0 (read)
 MISSING = SV_RAW_MISSING
 OTHER = SV_RAW_OTHER
+#: Boxes spanning more bytes of their chunk file are left to the caller (OTHER).
+MAX_SPAN = 1 << 30
 
 
 def read_boxes(list paths, const int64_t[:, ::1] boxes, out):
@@ -27,7 +29,8 @@ def read_boxes(list paths, const int64_t[:, ::1] boxes, out):
     in the chunk, its extents, and its origin in ``out`` (a writable 4-D array
     whose dtype is the chunk's, little-endian).  Returns an int8 array: 0 where
     the box was read, MISSING where the file does not exist, OTHER where it is
-    not plain raw voxels of that shape (out untouched).  Raises StoreError
+    not plain raw voxels of that shape or the box spans more than MAX_SPAN bytes of
+    it (out untouched).  Raises StoreError
     naming the file on an I/O error.
     """
     cdef Py_ssize_t n = len(paths), i, d
@@ -44,14 +47,20 @@ def read_boxes(list paths, const int64_t[:, ::1] boxes, out):
         if strides[d] < 0:
             raise InvalidArgumentError("out must not have negative strides")
     encoded = [os.fsencode(p) for p in paths]
-    cdef int64_t span = 0
+    cdef int64_t span = 0, box_span
+    status = np.zeros(n, dtype=np.int8)
+    cdef signed char[::1] st = status
     for i in range(n):
         for d in range(4):
             if boxes[i, 12 + d] < 0 or boxes[i, 8 + d] < 0 or boxes[i, 12 + d] > extent[d] - boxes[i, 8 + d]:
                 raise InvalidArgumentError(f"box {i} lies outside out (shape {out.shape})")
-        span = max(span, sv_raw_span(itemsize, &boxes[i, 0], &boxes[i, 4], &boxes[i, 8]))
-    status = np.zeros(n, dtype=np.int8)
-    cdef signed char[::1] st = status
+            if boxes[i, 4 + d] < 0 or boxes[i, 8 + d] > boxes[i, d] - boxes[i, 4 + d]:
+                raise InvalidArgumentError(f"box {i} does not fit the chunk of {paths[i]}")
+        box_span = sv_raw_span(itemsize, &boxes[i, 0], &boxes[i, 4], &boxes[i, 8])
+        if box_span < 0 or box_span > MAX_SPAN:
+            st[i] = OTHER  # (a chunk shape no file of this size has, say): read another way
+        else:
+            span = max(span, box_span)
     cdef const char **cpaths = <const char **>malloc(max(n, 1) * sizeof(char *))
     cdef uint8_t *scratch = <uint8_t *>malloc(max(span, 1))
     cdef uint8_t *base = <uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>out)
@@ -66,6 +75,8 @@ def read_boxes(list paths, const int64_t[:, ::1] boxes, out):
             cpaths[i] = encoded[i]
         with nogil:
             for i in range(n):
+                if st[i] == SV_RAW_OTHER:
+                    continue
                 dst = base
                 for d in range(4):
                     dst += boxes[i, 12 + d] * strides[d]

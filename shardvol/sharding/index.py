@@ -135,15 +135,18 @@ def encode_values(
     return _map_batched(partial(_gzip_all, level=level), values, PARALLEL_GZIP_BYTES)
 
 
-def decode_values(spec: ShardingSpec, blobs: list, contexts: Callable[[int], str]) -> list[bytes]:
-    """Inverse of :func:`encode_values`; ``contexts(i)`` names entry ``i`` in error messages."""
+def decode_values(
+    spec: ShardingSpec, blobs: list, contexts: Callable[[int], str], max_size: int | None = None
+) -> list[bytes]:
+    """Inverse of :func:`encode_values`; ``contexts(i)`` names entry ``i`` in error messages.
+    ``max_size``: gzipped values that inflate to more bytes are errors."""
     if spec.data_encoding == "raw":
         return [bytes(b) for b in blobs]
     try:
-        return _map_batched(_gunzip_all, blobs, PARALLEL_GUNZIP_BYTES)
+        return _map_batched(partial(_gunzip_all, max_size=max_size), blobs, PARALLEL_GUNZIP_BYTES)
     except ShardFormatError:
         for i, blob in enumerate(blobs):  # find the first bad value to name it
-            gzip_decompress(blob, contexts(i), ShardFormatError)
+            gzip_decompress(blob, contexts(i), ShardFormatError, max_size=max_size)
         raise
 
 
@@ -170,8 +173,8 @@ def _gzip_all(values: Sequence[bytes], level: int) -> list[bytes]:
     return [gzip_compress(v, level) for v in values]
 
 
-def _gunzip_all(blobs: Sequence) -> list[bytes]:
-    return [gzip_decompress(b, "data", ShardFormatError) for b in blobs]
+def _gunzip_all(blobs: Sequence, max_size: int | None) -> list[bytes]:
+    return [gzip_decompress(b, "data", ShardFormatError, max_size=max_size) for b in blobs]
 
 
 def run_starts(x: np.ndarray) -> np.ndarray:

@@ -132,7 +132,8 @@ class ShardReader:
     name and minishard indexes by (file name, minishard); where stores have version
     tokens, the data positions of keys read before are kept too (up to 65,536 keys),
     so that reading them again skips the index lookups while their shard's cached index
-    has the same version.
+    has the same version.  ``max_value_size``: a gzip-encoded value inflating to more
+    bytes is a ShardFormatError (whatever it is, it is not such a value).
 
     Where the store has version tokens (local files, memory, S3, HTTP), data read from a
     file that was replaced after its index was read is read again: another writer
@@ -153,8 +154,10 @@ class ShardReader:
         minishard_index_cache_size: int = 128,
         coalesce_gap: int | None = None,
         max_read: int = DEFAULT_MAX_READ,
+        max_value_size: int | None = None,
     ) -> None:
         self.store = open_store(store_or_url)
+        self.max_value_size = max_value_size
         self.spec = spec if isinstance(spec, ShardingSpec) else ShardingSpec.from_dict(spec)
         self.shard_index_cache = LRU(shard_index_cache_size)
         self.minishard_index_cache = LRU(minishard_index_cache_size)
@@ -203,7 +206,9 @@ class ShardReader:
             except (_Stale, ShardFormatError) as e:
                 self._retry_or_raise(keys, e)
                 continue
-            values = decode_values(self.spec, stored, lambda i: _value_name(loc, i))
+            values = decode_values(
+                self.spec, stored, lambda i: _value_name(loc, i), self.max_value_size
+            )
             return dict(zip(loc.keys.tolist(), values))
         raise self._conflict(keys)
 
@@ -226,7 +231,10 @@ class ShardReader:
                 loc = self._locate(pending, reading=True)
                 for i, blob in self._iter_read_data(loc, group_bytes=self.max_read):
                     if gzip:
-                        blob = gzip_decompress(blob, _value_name(loc, i), ShardFormatError)
+                        blob = gzip_decompress(
+                            blob, _value_name(loc, i), ShardFormatError,
+                            max_size=self.max_value_size,
+                        )
                     done.append(int(loc.keys[i]))
                     yield done[-1], blob
                 return
@@ -239,7 +247,7 @@ class ShardReader:
         """A value as :meth:`iter_data_many` gives it with ``decode=False``, decoded
         (gunzipped with gzip data encoding; ShardFormatError naming ``name``)."""
         if self.spec.data_encoding == "gzip":
-            return gzip_decompress(stored, name, ShardFormatError)
+            return gzip_decompress(stored, name, ShardFormatError, max_size=self.max_value_size)
         return stored
 
     def _locate_retrying(self, keys: np.ndarray) -> _Located:

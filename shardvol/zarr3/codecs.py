@@ -437,7 +437,7 @@ class BloscCodec(BytesBytesCodec):
         if cname not in _BLOSC_CNAMES:
             raise InfoError(f"{where}: 'cname' must be one of {list(_BLOSC_CNAMES)}, got {cname!r}")
         shuffle = config.get("shuffle", "noshuffle")
-        if shuffle not in _BLOSC_SHUFFLE:
+        if not isinstance(shuffle, str) or shuffle not in _BLOSC_SHUFFLE:
             raise InfoError(
                 f"{where}: 'shuffle' must be one of {list(_BLOSC_SHUFFLE)}, got {shuffle!r}"
             )
@@ -618,6 +618,22 @@ class CodecChain:
         slicing layer's chunk codec.  Corrupt data raises ChunkDecodeError /
         ChecksumError naming ``context``.
         """
+        try:
+            return self._decode(data, shape, dtype, out, context)
+        except MemoryError:  # such as a chunk_shape far larger than the stored chunks
+            raise ChunkDecodeError(
+                f"{context}: no memory for a chunk of shape {list(self.spec.shape)} "
+                f"({self.spec.nbytes} bytes of {self.spec.dtype})"
+            ) from None
+
+    def _decode(
+        self,
+        data: bytes,
+        shape: Sequence[int] | None,
+        dtype: Any,
+        out: np.ndarray | None,
+        context: str,
+    ) -> np.ndarray:
         spec = self.spec
         if shape is not None and tuple(shape) != spec.shape:
             raise ChunkDecodeError(

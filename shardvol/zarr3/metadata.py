@@ -10,6 +10,7 @@ missing or malformed fields raise :class:`InfoError` naming the field.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -253,6 +254,9 @@ class ArrayMetadata:
                 f"chunk_grid chunk_shape {list(self.chunk_shape)} must have one entry per "
                 f"dimension of shape {list(self.shape)}"
             )
+        for what, extents in (("shape", self.shape), ("chunk_shape", self.chunk_shape)):
+            if math.prod(extents) * self.dtype.itemsize >= 1 << 63:
+                raise InfoError(f"{what} {list(extents)} of {self.data_type} is 2**63 bytes or more")
         if self.dimension_names is not None and len(self.dimension_names) != len(self.shape):
             raise InfoError(
                 f"dimension_names {list(self.dimension_names)} must have one entry per dimension "
