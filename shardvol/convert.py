@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import posixpath
 import re
 import uuid
@@ -42,7 +43,7 @@ import numpy as np
 from shardvol.compression import check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.executor import run_tasks
-from shardvol.kvstore import KVStore, open_store
+from shardvol.kvstore import FileStore, KVStore, open_store
 from shardvol.opener import FORMATS, check_format, detect_format, split_format
 from shardvol.volume import Volume
 from shardvol.zarr3 import ZarrArray
@@ -471,13 +472,13 @@ def copy(
     _, dst_rest = split_format(dst)
     if existing is not None and not overwrite:
         raise AlreadyExistsError(
-            f"{_url(dst_rest)} already holds a {existing} volume; pass overwrite=True"
+            f"{_url(dst_rest)} already holds a {existing} volume; pass overwrite=True (--overwrite)"
         )
     if existing is not None and existing != out_format:
         raise InvalidArgumentError(
             f"{_url(dst_rest)} holds a {existing} volume; it cannot be overwritten with {out_format}"
         )
-    if _url(src_rest) == _url(dst_rest):
+    if _location(src_rest) == _location(dst_rest):
         raise InvalidArgumentError(f"source and destination are the same: {_url(src_rest)}")
 
     if src_format == "precomputed":
@@ -523,6 +524,14 @@ def copy(
 
 def _url(url_or_store: str | KVStore) -> str:
     return open_store(url_or_store).url
+
+
+def _location(url_or_store: str | KVStore) -> str:
+    """Where a store's values are: its URL, with local paths resolved (symbolic links too)."""
+    store = open_store(url_or_store)
+    if isinstance(store, FileStore):
+        return "file://" + os.path.realpath(store.root)
+    return store.url
 
 
 def _reject(*, why: str, **options: Any) -> None:

@@ -309,7 +309,7 @@ class Volume:
             if existing is not None and existing != scale and not overwrite:
                 raise AlreadyExistsError(
                     f"{self.url}: scale {scale.key!r} exists with other parameters; "
-                    "pass overwrite=True to replace it"
+                    "pass overwrite=True (--overwrite) to replace it"
                 )
             if existing is not None and overwrite:
                 _delete_prefix(self._kv, scale.key)
@@ -372,7 +372,8 @@ class Volume:
             if old is not None:
                 if not overwrite:
                     raise AlreadyExistsError(
-                        f"{kv.url} already holds a volume (an info file); pass overwrite=True"
+                        f"{kv.url} already holds a volume (an info file); "
+                        "pass overwrite=True (--overwrite)"
                     )
                 try:
                     old_keys = [s.key for s in VolumeInfo.from_json(old).scales]

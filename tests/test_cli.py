@@ -315,6 +315,8 @@ def test_error_is_one_line_and_debug_shows_traceback(capsys, tmp_path):
     ["create", "x", "--size", "1", "2", "3", "--encoding", "webp"],
     ["verify", "x", "--samples", "0"],
     ["info"],
+    ["serve", "x", "--port", "99999"],
+    ["serve", "x", "--port", "-1"],
 ])
 def test_usage_errors_exit_2(capsys, argv):
     with pytest.raises(SystemExit) as exc:

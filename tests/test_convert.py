@@ -282,6 +282,10 @@ def test_bad_input(tmp_path):
         shardvol.copy(src, str(tmp_path / "f"), format="n5", progress=False)
     with pytest.raises(InvalidArgumentError, match="same"):
         shardvol.copy(src, src, overwrite=True, progress=False)
+    os.symlink(src, tmp_path / "link")  # the same directory under another name
+    with pytest.raises(InvalidArgumentError, match="same"):
+        shardvol.copy(src, str(tmp_path / "link"), overwrite=True, progress=False)
+    assert (Volume(src)[...] == 1).all()  # the source is untouched
     flat = shardvol.zarr3.create(str(tmp_path / "2d.zarr"), (4, 4), "uint8", (4, 4))
     with pytest.raises(InvalidArgumentError, match="3-D"):
         shardvol.copy(flat.url, str(tmp_path / "q"), progress=False)

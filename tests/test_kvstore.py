@@ -270,6 +270,44 @@ class TestFileStore(StoreContract):
         assert sorted(os.listdir(tmp_path)) == [".shardvol-locks", "counter"]  # one lock file
 
 
+def test_threads_of_two_processes_waiting_on_each_others_keys_are_no_deadlock(tmp_path):
+    # each process holds one key in one thread and wants the other's key in another: the
+    # kernel's check of traditional record locks, which goes process by process, called
+    # this a deadlock (EDEADLK) although each holder releases without waiting
+    ctx = multiprocessing.get_context("spawn")
+    holding = [ctx.Event(), ctx.Event()]
+    errors = ctx.Queue()
+    procs = [
+        ctx.Process(target=_cross_wait, args=(str(tmp_path), mine, theirs, holding, i, errors))
+        for i, (mine, theirs) in enumerate([("a", "b"), ("b", "a")])
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert errors.empty(), errors.get()
+
+
+def _cross_wait(root: str, mine: str, theirs: str, holding: list, i: int, errors) -> None:
+    s = FileStore(root)
+
+    def want_theirs() -> None:
+        try:
+            with s.lock(theirs):
+                pass
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            errors.put(repr(e))
+
+    with s.lock(mine):
+        holding[i].set()
+        holding[1 - i].wait(30)
+        waiter = threading.Thread(target=want_theirs)
+        waiter.start()
+        time.sleep(0.3 + 0.3 * i)  # both waiters are blocked before either holder lets go
+    waiter.join(30)
+
+
 def _increment(root: str, n: int) -> None:
     s = FileStore(root, fsync=False)
     for _ in range(n):

@@ -71,6 +71,16 @@ def positive_int(value: str) -> int:
     return n
 
 
+def port(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port in 0-65535, got {value!r}")
+    return n
+
+
 def human_bytes(n: int) -> str:
     """``n`` bytes as ``123 B`` / ``4.5 MiB``."""
     if n < 1024:

@@ -12,7 +12,7 @@ import argparse
 import signal
 from typing import Any
 
-from shardvol.cli.common import command
+from shardvol.cli.common import command, port
 from shardvol.serve import serve
 
 
@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
     p = command(subparsers, "serve", run, help="serve volumes over HTTP for Neuroglancer",
                 description=__doc__)
     p.add_argument("dir", help="directory to serve")
-    p.add_argument("--port", type=int, default=8080, help="TCP port (8080; 0 picks a free one)")
+    p.add_argument("--port", type=port, default=8080, help="TCP port (8080; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (127.0.0.1; 0.0.0.0 for every interface)")
 
