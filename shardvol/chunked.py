@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
@@ -337,13 +338,33 @@ class ChunkedArray:
 
 
 def is_fill(array: np.ndarray, fill_value: Any) -> bool:
-    """Whether every element of ``array`` equals ``fill_value`` (NaN equals NaN)."""
+    """Whether every element of ``array`` is ``fill_value``, bit for bit for floating-point
+    types (-0.0 is not 0.0, and a NaN is the fill value only with its payload), so that
+    leaving out a chunk that is all fill loses nothing."""
     fill = np.asarray(fill_value, dtype=array.dtype)
-    if array.dtype.kind in "fc" and np.isnan(fill).any():
-        return bool(np.all((array == fill) | (np.isnan(array) & np.isnan(fill))))
-    if array.size and array.flat[0] != fill:  # most stored chunks fail at once
+    if array.dtype.kind in "fc":
+        parts = [(array, fill)]
+        if array.dtype.kind == "c":
+            parts = [(array.real, fill.real), (array.imag, fill.imag)]
+        bits = f"u{parts[0][0].dtype.itemsize}"
+        return all(_all_equal(a.view(bits), f.view(bits)) for a, f in parts)
+    return _all_equal(array, fill)
+
+
+def _all_equal(array: np.ndarray, value: np.ndarray) -> bool:
+    if array.size and array.flat[0] != value:  # most stored chunks fail at once
         return False
-    return bool(np.all(array == fill))
+    return bool(np.all(array == value))
+
+
+def _same_number(a: complex, b: complex) -> bool:
+    """Whether two Python numbers are equal exactly, NaN to NaN (complex: part by part).
+    (numpy would compare an integer and a float in float64, where 2**53 + 1 equals 2**53.)"""
+    if isinstance(a, complex) or isinstance(b, complex):
+        a, b = complex(a), complex(b)
+        return _same_number(a.real, b.real) and _same_number(a.imag, b.imag)
+    both_nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    return a == b or both_nan
 
 
 def _cast_value(value: Any, dtype: np.dtype) -> np.ndarray:
@@ -355,15 +376,12 @@ def _cast_value(value: Any, dtype: np.dtype) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype == dtype:
         return arr
-    if arr.ndim == 0 and arr.dtype.kind in "biuf":
+    if arr.ndim == 0 and arr.dtype.kind in "biufc":
         try:
-            with np.errstate(invalid="ignore", over="ignore"):
+            with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
                 converted = np.array(value).astype(dtype, casting="unsafe")
-                # compared as Python numbers, exactly (numpy would compare an integer and
-                # a float in float64, where 2**53 + 1 equals 2**53)
-                same = converted.item() == arr.item() or (
-                    arr.dtype.kind == "f" and np.isnan(arr) and dtype.kind == "f"
-                )
+            same = _same_number(converted.item(), arr.item())
         except (OverflowError, ValueError, TypeError):
             same = False
         if not same:

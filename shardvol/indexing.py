@@ -97,7 +97,8 @@ def normalize_selection(
                 count = max(0, -(-(stop - start) // step))
                 if bounded and count and (start < lo or stop > hi):
                     raise OutOfBoundsError(
-                        f"axis {axis}: [{start}, {stop}) is outside the domain [{lo}, {hi})"
+                        f"axis {axis}: {_given(item)}[{start}, {stop}) is outside the domain "
+                        f"[{lo}, {hi})"
                     )
             else:
                 start = hi - 1 if item.start is None else _resolve(_as_index(item.start, axis), lo, hi)
@@ -105,16 +106,26 @@ def normalize_selection(
                 count = max(0, -(-(start - stop) // -step))
                 if bounded and count and (start >= hi or stop < lo - 1):
                     raise OutOfBoundsError(
-                        f"axis {axis}: {start} down to {stop} (exclusive) is outside the "
-                        f"domain [{lo}, {hi})"
+                        f"axis {axis}: {_given(item)}{start} down to {stop} (exclusive) is "
+                        f"outside the domain [{lo}, {hi})"
                     )
             out.append(AxisSelection(start, step, count))
         else:
-            i = _resolve(_as_index(item, axis), lo, hi)
+            given = _as_index(item, axis)
+            i = _resolve(given, lo, hi)
             if bounded and not lo <= i < hi:
-                raise OutOfBoundsError(f"axis {axis}: index {i} is outside the domain [{lo}, {hi})")
+                where = f"index {given}" + (f" (coordinate {i})" if i != given else "")
+                raise OutOfBoundsError(f"axis {axis}: {where} is outside the domain [{lo}, {hi})")
             out.append(AxisSelection(i, 1, 1, drop=True))
     return tuple(out)
+
+
+def _given(item: slice) -> str:
+    """A slice as the caller wrote it, when negative indices were counted from the end."""
+    if not any(isinstance(v, int | np.integer) and v < 0 for v in (item.start, item.stop)):
+        return ""
+    parts = ["" if v is None else str(v) for v in (item.start, item.stop, item.step)]
+    return "slice " + ":".join(parts if item.step is not None else parts[:2]) + " = "
 
 
 def selection_in_domain(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> bool:

@@ -310,3 +310,63 @@ def test_a_chunk_shape_far_larger_than_the_stored_chunks_is_a_decode_error(tmp_p
     (tmp_path / "zarr.json").write_text(json.dumps(doc))
     with pytest.raises(ChunkDecodeError, match="c/0/0/0"):
         z.open(str(tmp_path), mode="r")[0:2, 0:2, 0:2]
+
+
+def stored(path) -> list[str]:
+    return sorted(f for f in os.listdir(path / "c") if not f.startswith("."))
+
+
+def test_chunks_of_negative_zeros_and_nan_payloads_are_kept(tmp_path):
+    # a chunk equal to the fill value is not stored: equal bit for bit (TensorStore's rule)
+    a = z.create(str(tmp_path / "z"), (4,), "float64", (2,), fill_value=0.0)
+    a[...] = np.array([-0.0, -0.0, 0.0, 0.0])
+    assert stored(tmp_path / "z") == ["0"]
+    assert np.signbit(a[...]).tolist() == np.signbit(ts_read(str(tmp_path / "z"))).tolist() == [
+        True, True, False, False]
+    payload = np.array([0x7FC00001] * 2, np.uint32).view(np.float32)
+    n = z.create(str(tmp_path / "n"), (4,), "float32", (2,), fill_value="NaN")
+    n[0:2] = payload
+    n[2:4] = np.float32("nan")  # the fill value's own bits: not stored
+    assert stored(tmp_path / "n") == ["0"]
+    assert n[...].view(np.uint32).tolist() == [0x7FC00001] * 2 + [0x7FC00000] * 2
+    c = z.create(str(tmp_path / "c"), (2,), "complex64", (2,), fill_value=[0.0, 0.0])
+    c[...] = np.complex64(complex(0.0, -0.0))
+    assert stored(tmp_path / "c") == ["0"]
+    assert np.signbit(ts_read(str(tmp_path / "c")).imag).all()
+
+
+def test_blosc_typesize_is_written_for_tensorstore(tmp_path):
+    blosc = {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}}
+    a = z.create(str(tmp_path), (4,), "uint16", (4,), codecs=[blosc])
+    a[...] = np.arange(4, dtype=np.uint16)
+    config = json.loads((tmp_path / "zarr.json").read_text())["codecs"][-1]["configuration"]
+    assert config["typesize"] == 2
+    assert ts_read(str(tmp_path)).tolist() == [0, 1, 2, 3]
+
+
+def test_complex_scalars_and_fill_values(tmp_path):
+    a = z.create(str(tmp_path), (3,), "complex64", (3,), fill_value=["NaN", 0.0])
+    assert np.isnan(a[0].real) and a[0].imag == 0
+    a[0] = 1 + 2j
+    a[1] = np.complex128(0.5 - 1j)
+    a[2] = 3  # real and exact
+    assert a[...].tolist() == [1 + 2j, 0.5 - 1j, 3 + 0j]
+    for bad in (1 + 0.1j, complex(float("nan"), 0.1)):  # 0.1 is not a float32
+        with pytest.raises(InvalidArgumentError, match="exactly"):
+            a[0] = bad
+    for dtype, fill in (("float32", None), ("float32", [1.0]), ("complex64", [1.0]), ("int8", 300)):
+        with pytest.raises(InvalidArgumentError, match="fill_value"):
+            z.create(str(tmp_path / "bad"), (2,), dtype, (2,), fill_value=fill, overwrite=True)
+
+
+def test_groups_and_out_of_bounds_indexes_are_named(tmp_path):
+    (tmp_path / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group"}))
+    with pytest.raises(InfoError, match="'node_type' must be 'array', got 'group'"):
+        z.open(str(tmp_path), mode="r")
+    a = z.create(str(tmp_path / "a"), (4, 5), "uint8", (2, 2))
+    with pytest.raises(OutOfBoundsError, match=r"index -5 \(coordinate -1\) is outside .*\[0, 4\)"):
+        a[-5]
+    with pytest.raises(OutOfBoundsError, match=r"axis 1: index 5 is outside"):
+        a[0, 5]
+    with pytest.raises(OutOfBoundsError, match=r"slice -20: = \[-16, 4\) is outside"):
+        a[-20:]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -23,6 +24,7 @@ from shardvol.zarr3.codecs import (
     JSON,
     ArrayArrayCodec,
     ArrayBytesCodec,
+    BloscCodec,
     BytesCodec,
     ChunkSpec,
     Codec,
@@ -159,15 +161,21 @@ def fill_value_to_json(value: Any) -> JSON:
 
 
 def coerce_fill_value(value: Any, dtype: np.dtype) -> Any:
-    """A user-given fill value as a numpy scalar of ``dtype`` (exactly representable)."""
-    if isinstance(value, str):
-        return fill_value_from_json(value, dtype, "fill_value")
+    """A user-given fill value as a numpy scalar of ``dtype`` (exactly representable);
+    strings, lists (complex ``[real, imag]``) and None are read as zarr.json writes them."""
+    if value is None or isinstance(value, (str, list, tuple)):
+        return fill_value_from_json(list(value) if isinstance(value, tuple) else value, dtype)
     try:
-        scalar = np.asarray(value).astype(dtype)[()]
-        back = np.asarray(scalar).astype(np.asarray(value).dtype)
+        with warnings.catch_warnings():  # complex <-> real: compared below
+            warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+            scalar = np.asarray(value).astype(dtype)[()]
+            back = np.asarray(scalar).astype(np.asarray(value).dtype)
+        exact = bool(back == np.asarray(value)) or bool(
+            np.isnan(back).any() and np.isnan(value).any()
+        )
     except (TypeError, ValueError, OverflowError) as e:
         raise InvalidArgumentError(f"fill_value {value!r} does not fit data type {dtype}") from e
-    if not (back == np.asarray(value) or (np.isnan(back).any() and np.isnan(value).any())):
+    if not exact:
         raise InvalidArgumentError(f"fill_value {value!r} does not fit data type {dtype}")
     return scalar
 
@@ -351,13 +359,14 @@ class ArrayMetadata:
                 raise InfoError(f"{source}: not valid JSON ({e})") from e
         if not isinstance(doc, Mapping):
             raise InfoError(f"{source}: must be a JSON object, got {type(doc).__name__}")
+        version = doc.get("zarr_format", 3)
+        if version != 3 or isinstance(version, bool):
+            raise InfoError(f"{source}: 'zarr_format' must be 3, got {version!r}")
+        if "node_type" in doc and doc["node_type"] != "array":
+            raise InfoError(f"{source}: 'node_type' must be 'array', got {doc['node_type']!r}")
         missing = [k for k in _REQUIRED if k not in doc]
         if missing:
             raise InfoError(f"{source}: required field(s) {missing} missing")
-        if doc["zarr_format"] != 3 or isinstance(doc["zarr_format"], bool):
-            raise InfoError(f"{source}: 'zarr_format' must be 3, got {doc['zarr_format']!r}")
-        if doc["node_type"] != "array":
-            raise InfoError(f"{source}: 'node_type' must be 'array', got {doc['node_type']!r}")
         extra = {}
         for key in set(doc) - set(_REQUIRED) - set(_OPTIONAL):
             value = doc[key]
@@ -439,12 +448,20 @@ def _parse_chunk_grid(value: JSON, source: str) -> tuple[int, ...]:
 # --------------------------------------------------------------------------- create
 
 
-def _codec_list(codecs: Sequence[Codec | JSON] | None, where: str) -> tuple[Codec, ...]:
+def _codec_list(
+    codecs: Sequence[Codec | JSON] | None, where: str, itemsize: int
+) -> tuple[Codec, ...]:
+    """Codecs as given (objects, JSON, names), with the ``bytes`` codec if none is, and the
+    item size as the typesize of blosc codecs given none (zarr.json must state it)."""
     if codecs is None:
         return (BytesCodec("little"), ZstdCodec())
     parsed = tuple(
         c if isinstance(c, Codec) else default_codec(c) if isinstance(c, str) else parse_codec(c, where)
         for c in codecs
+    )
+    parsed = tuple(
+        replace(c, typesize=itemsize) if isinstance(c, BloscCodec) and c.typesize is None else c
+        for c in parsed
     )
     if not any(isinstance(c, ArrayBytesCodec) for c in parsed):
         first_bb = next(
@@ -480,11 +497,15 @@ def create_metadata(
     """
     dtype_name = data_type_name(dtype)
     np_dtype = DATA_TYPES[dtype_name]
-    inner = _codec_list(codecs, "codecs")
+    inner = _codec_list(codecs, "codecs", np_dtype.itemsize)
     if inner_chunk_shape is not None:
         if index_location not in ("start", "end"):
             raise InvalidArgumentError(f"index_location must be 'start' or 'end', got {index_location!r}")
-        index = DEFAULT_INDEX_CODECS if index_codecs is None else _codec_list(index_codecs, "index_codecs")
+        index = (
+            DEFAULT_INDEX_CODECS
+            if index_codecs is None
+            else _codec_list(index_codecs, "index_codecs", 8)  # the index is uint64
+        )
         inner = (
             ShardingCodec(tuple(int(c) for c in inner_chunk_shape), inner, index, index_location),
         )
