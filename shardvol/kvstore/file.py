@@ -2,11 +2,11 @@
 
 Reads use ``os.pread``; writes go to a hidden temporary file in the same
 directory, are fsynced, and are renamed over the target, so a reader or a
-crash never sees a torn value.  ``lock(key)`` takes an ``fcntl`` record lock
-on one byte of a hidden ``.shardvol-locks`` file in the key's directory (the
-byte chosen by a 62-bit hash of the key's name), which serialises writers
-across threads and processes on the same host (and on NFS with working
-locking), with no file created or removed per lock.
+crash never sees a torn value.  ``lock(key)`` takes an ``fcntl`` lock (an open
+file description lock on Linux) on one byte of a hidden ``.shardvol-locks`` file
+in the key's directory (the byte chosen by a 62-bit hash of the key's name),
+which serialises writers across threads and processes on the same host (and on
+NFS with working locking), with no file created or removed per lock.
 
 The fsync (on by default, like TensorStore's ``file_io_sync``) is what makes a
 value's bytes durable once written (the directory entry is not fsynced); it is
