@@ -40,7 +40,7 @@ from typing import BinaryIO
 from shardvol.compression import gzip_decompress
 from shardvol.errors import ChunkDecodeError
 
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"bytes=(\d{0,19})-(\d{0,19})$")  # (more digits: no offset of a file)
 _CORS = (
     ("Access-Control-Allow-Origin", "*"),
     ("Access-Control-Expose-Headers",
@@ -97,6 +97,25 @@ def _if_match(header: str | None, etag: str) -> bool:
     if header is None or header.strip() == "*":
         return True
     return etag in (t.strip() for t in header.split(","))
+
+
+def _accepts_gzip(header: str) -> bool:
+    """Whether an ``Accept-Encoding`` header accepts gzip: with q > 0, named (gzip, x-gzip)
+    or else through ``*`` (RFC 9110 12.5.3)."""
+    weights: dict[str, float] = {}
+    for item in header.lower().split(","):
+        coding, _, params = item.partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        weights[coding.strip()] = q
+    named = [weights[c] for c in ("gzip", "x-gzip") if c in weights]
+    return max(named) > 0 if named else weights.get("*", 0.0) > 0
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None | bool:
@@ -224,6 +243,10 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
         try:
             with open(path, "rb") as f:
                 if encoded:
+                    if self.headers.get("If-Match", "*").strip() != "*":
+                        # NAME.gz responses carry no ETag: no tag a client holds is current
+                        self._send_empty(HTTPStatus.PRECONDITION_FAILED)
+                        return
                     self._serve_gz(f, body)
                     return
                 st = os.fstat(f.fileno())
@@ -248,7 +271,7 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
 
     def _serve_gz(self, f: BinaryIO, body: bool) -> None:
         rng = self.headers.get("Range")
-        accepts = "gzip" in self.headers.get("Accept-Encoding", "").lower()
+        accepts = _accepts_gzip(self.headers.get("Accept-Encoding", ""))
         if accepts and rng is None:
             self._send_file(f, os.fstat(f.fileno()).st_size, body, "application/octet-stream",
                             (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")))
@@ -298,8 +321,17 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
         if isinstance(f, io.BytesIO):
             self.wfile.write(f.getbuffer()[offset:offset + count])
-        else:
-            self.connection.sendfile(f, offset, count)
+        elif self.connection.sendfile(f, offset, count) < count:
+            # the file shrank while being sent: the body is shorter than its Content-Length,
+            # so the connection cannot carry another response
+            self.log_error("%s shrank while being sent", self.path)
+            self.close_connection = True
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (a client's bytes must not drive the terminal
+    the log is read on), as the standard library's request log does."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class VolumeServer(ThreadingHTTPServer):
@@ -337,8 +369,9 @@ class VolumeServer(ThreadingHTTPServer):
     def record(self, access: Access) -> None:
         if self._on_request is not None:
             self._on_request(access)
-        self.log(f'{access.client} "{access.method} {access.path}"'
-                 f'{" Range=" + access.range if access.range else ""} '
+        path, rng = _printable(access.path), _printable(access.range or "")
+        self.log(f'{access.client} "{access.method} {path}"'
+                 f'{" Range=" + rng if rng else ""} '
                  f"{access.status} {access.length}")
 
     @property

@@ -123,7 +123,8 @@ def test_unsatisfiable_range(server, header):
     assert status == 416 and headers["content-range"] == "bytes */0"
 
 
-@pytest.mark.parametrize("header", ["bytes=5-2", "bytes=0-1,5-6", "items=0-5", "bytes=x-"])
+@pytest.mark.parametrize("header", ["bytes=5-2", "bytes=0-1,5-6", "items=0-5", "bytes=x-",
+                                    "bytes=" + "9" * 5000 + "-", "bytes=0-" + "9" * 5000])
 def test_ignored_range_serves_whole_file(server, tree, header):
     """Malformed or multi-range headers may be ignored (RFC 9110 14.2): the whole file, 200."""
     status, headers, body = request(server, "GET", "/vol/data.bin", {"Range": header})
@@ -199,6 +200,14 @@ def test_gz_served_under_plain_name(server, tree):
                                     {"Range": "bytes=100-199", "Accept-Encoding": "gzip"})
     assert status == 206 and body == plain[100:200] and "content-encoding" not in headers
     assert headers["content-range"] == "bytes 100-199/3000"
+    # a coding with q=0 is refused (RFC 9110 12.5.3)
+    for refused in ("gzip;q=0", "identity, gzip;q=0", "*, gzip;q=0", "*;q=0"):
+        status, headers, body = request(server, "GET", "/vol/chunk", {"Accept-Encoding": refused})
+        assert status == 200 and "content-encoding" not in headers and body == plain
+    # NAME.gz responses have no ETag: an If-Match tag a client holds is not current
+    status, _, _ = request(server, "GET", "/vol/chunk", {"If-Match": '"1-2-3"'})
+    assert status == 412
+    assert request(server, "GET", "/vol/chunk", {"If-Match": "*"})[0] == 200
     # the .gz file itself is an ordinary file
     status, headers, body = request(server, "GET", "/vol/chunk.gz", {"Accept-Encoding": "gzip"})
     assert status == 200 and "content-encoding" not in headers
@@ -368,3 +377,49 @@ def test_find_volumes(tmp_path):
     assert source_url("http://127.0.0.1:9", "precomputed", "b/c d") == \
         "precomputed://http://127.0.0.1:9/b/c%20d"
     assert source_url("http://h:1", "precomputed", "") == "precomputed://http://h:1"
+
+
+def test_a_file_cut_short_while_sent_ends_the_connection(tmp_path, monkeypatch):
+    # the body is then shorter than its Content-Length: the connection must not carry on
+    from shardvol import serve
+
+    (tmp_path / "big.bin").write_bytes(b"A" * 1000)
+    (tmp_path / "small.bin").write_bytes(b"B" * 10)
+    copy = serve.VolumeRequestHandler._copy
+
+    def cut_then_copy(self, f, offset, count):
+        if self.path == "/big.bin":
+            os.truncate(tmp_path / "big.bin", 100)  # another program rewrites it in place
+        return copy(self, f, offset, count)
+
+    monkeypatch.setattr(serve.VolumeRequestHandler, "_copy", cut_then_copy)
+    srv = VolumeServer(str(tmp_path), port=0, log=lambda line: None)
+    srv.start()
+    try:
+        with socket.create_connection(srv.server_address[:2], timeout=10) as s:
+            s.sendall(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n"
+                      b"GET /small.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):  # the server closes: no hang
+                data += chunk
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert data.count(b"HTTP/1.1 200") == 1 and data.endswith(b"A" * 100)
+
+
+def test_the_access_log_escapes_control_characters(tmp_path):
+    lines = []
+    srv = VolumeServer(str(tmp_path), port=0, log=lines.append)
+    srv.start()
+    try:
+        with socket.create_connection(srv.server_address[:2], timeout=10) as s:
+            s.sendall(b"GET /x\x1b]0;owned\x07 HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\x1b[31m\r\n"
+                      b"Connection: close\r\n\r\n")
+            while s.recv(65536):
+                pass
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert lines and not any("\x1b" in line or "\x07" in line for line in lines)
+    assert "\\x1b]0;owned\\x07" in lines[0]
