@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import shutil
 import threading
 import time
@@ -270,6 +271,32 @@ class TestFileStore(StoreContract):
         assert sorted(os.listdir(tmp_path)) == [".shardvol-locks", "counter"]  # one lock file
 
 
+def test_threads_locking_one_file_through_different_roots_exclude_each_other(tmp_path):
+    # the in-process lock is the directory's, not the store root's: a symbolic link or a
+    # parent root with a longer key leads to the same file
+    (tmp_path / "d").mkdir()
+    os.symlink(tmp_path / "d", tmp_path / "link")
+    stores = [(FileStore(str(tmp_path / "d"), fsync=False), "n"),
+              (FileStore(str(tmp_path / "link"), fsync=False), "n"),
+              (FileStore(str(tmp_path), fsync=False), "d/n")]
+    stores[0][0].set("n", b"0")
+
+    def add(store_key) -> None:
+        store, key = store_key
+        for _ in range(40):
+            with store.lock(key):
+                value = int(store.get(key))
+                time.sleep(0.0005)  # let another thread in, if it could get in
+                store.set(key, str(value + 1).encode())
+
+    threads = [threading.Thread(target=add, args=(sk,)) for sk in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert stores[0][0].get("n") == b"120"
+
+
 def test_threads_of_two_processes_waiting_on_each_others_keys_are_no_deadlock(tmp_path):
     # each process holds one key in one thread and wants the other's key in another: the
     # kernel's check of traditional record locks, which goes process by process, called
@@ -361,11 +388,47 @@ def test_http_server_that_ignores_range_requests(tmp_path):
                                 functools.partial(Quiet, directory=str(tmp_path)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        store = open_store(f"http://127.0.0.1:{httpd.server_address[1]}")
-        assert store.get("v", (10, 20)) == VALUE[10:20]
-        assert store.get("v", (-7, None)) == VALUE[-7:]
-        with pytest.raises(ByteRangeError):
-            store.get("v", (-(len(VALUE) + 1), None))
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        for store in (open_store(url), FsspecStore(url, versioned_reads=False)):
+            assert store.get("v", (10, 20)) == VALUE[10:20]
+            assert store.get("v", (-7, None)) == VALUE[-7:]
+            assert store.get("v", (10, None)) == VALUE[10:]
+            assert store.get_many_versioned([("v", (10, None))])[0][0] == VALUE[10:]
+            for past in ((-(len(VALUE) + 1), None), (500, len(VALUE) + 500), (len(VALUE) + 1, None)):
+                with pytest.raises(ByteRangeError):
+                    store.get("v", past)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_http_partial_content_is_placed_by_its_content_range(tmp_path):
+    """A 206 may hold more than was asked (RFC 9110 15.3.7): its Content-Range says what."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Wider(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            first = max(0, int(m[1]) - 50)  # from 50 bytes before, to the end
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {first}-{len(VALUE) - 1}/{len(VALUE)}")
+            self.send_header("Content-Length", str(len(VALUE) - first))
+            self.end_headers()
+            self.wfile.write(VALUE[first:])
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Wider)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        for store in (open_store(url), FsspecStore(url, versioned_reads=False)):
+            assert store.get("v", (100, 110)) == VALUE[100:110]
+            assert store.get_many([("v", (5000, 5003)), ("v", (20, None))]) == [
+                VALUE[5000:5003], VALUE[20:]]
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -4,17 +4,19 @@ shard never lose each other's chunks."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from shardvol import Volume
-from shardvol.errors import LockLostError, LockTimeoutError, VersionChangedError
+from shardvol.errors import LockLostError, LockTimeoutError, StoreError, VersionChangedError
 from shardvol.kvstore.fsspec_store import FsspecStore
-from shardvol.kvstore.lease import lease_path
+from shardvol.kvstore.lease import acquire, lease_path
 
 from .s3_server import new_bucket, public_http_url, s3_server
 from .stores import race_zarr3_shard_rewrite
@@ -349,3 +351,67 @@ def test_zarr3_cached_shard_index_never_serves_a_rewritten_shard(bucket):
     data[0:4, 0:4] = 7
     assert np.array_equal(ours[4:8, 4:12], data[4:8, 4:12])  # the cached index's ETag fails
     assert np.array_equal(ours[...], data)
+
+
+class _SlowReplies:
+    """Conditional objects (ETag: md5 of the body) whose replace() reaches the store at once
+    but answers only after ``delay`` seconds (a stalled network)."""
+
+    def __init__(self, objects: dict, guard: threading.Lock, delay: float = 0.0) -> None:
+        self.objects, self.guard, self.delay = objects, guard, delay
+
+    def create(self, path, body):
+        with self.guard:
+            if path in self.objects:
+                return None
+            self.objects[path] = body
+        return hashlib.md5(body).hexdigest()
+
+    def replace(self, path, body, version):
+        with self.guard:
+            ok = path in self.objects and hashlib.md5(self.objects[path]).hexdigest() == version
+            if ok:
+                self.objects[path] = body
+        time.sleep(self.delay)
+        return hashlib.md5(body).hexdigest() if ok else None
+
+    def current(self, path):
+        with self.guard:
+            body = self.objects.get(path)
+        return None if body is None else (hashlib.md5(body).hexdigest(), body)
+
+    def delete(self, path, version):
+        with self.guard:
+            if path in self.objects and hashlib.md5(self.objects[path]).hexdigest() == version:
+                del self.objects[path]
+                return True
+        return False
+
+
+def test_a_lease_whose_renewals_answer_late_is_lost_before_a_waiter_takes_it():
+    # its age runs from when a renewal was sent: the store had it from then, and a waiter
+    # breaks it lease_ttl after first seeing it, never while its holder still writes
+
+    objects, guard = {}, threading.Lock()
+    holder = acquire(_SlowReplies(objects, guard), "b/.shardvol-lock.k", 0.4, None)
+    first = holder._version
+    holder.ops.delay = 0.7  # renewals now answer after more than the lease time
+    waiter = acquire(_SlowReplies(objects, guard), "b/.shardvol-lock.k", 0.4, 10)
+    deadline = time.monotonic() + 5
+    while holder._version == first and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the late answer to the renewal the waiter outlived arrives
+    with pytest.raises(LockLostError):
+        holder.check()
+    waiter.release()
+
+
+def test_an_unreachable_endpoint_is_a_store_error_for_every_operation(monkeypatch):
+    for name, value in (("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("AWS_ACCESS_KEY_ID", "a"),
+                        ("AWS_SECRET_ACCESS_KEY", "b"), ("AWS_DEFAULT_REGION", "us-east-1"),
+                        ("AWS_MAX_ATTEMPTS", "1")):
+        monkeypatch.setenv(name, value)
+    store = FsspecStore("s3://nowhere/root", lock_timeout=2, skip_instance_cache=True)
+    for operation in (lambda: store.get("k"), lambda: store.set("k", b"x"),
+                      lambda: store.delete("k"), store.list, lambda: store.lock("k").__enter__()):
+        with pytest.raises(StoreError, match="nowhere"):
+            operation()

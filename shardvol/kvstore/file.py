@@ -281,9 +281,14 @@ class FileStore(KVStore):
     def lock(self, key: str) -> Iterator[None]:
         directory, name = os.path.split(self._path(key))
         offset = _lock_offset(name)
+        try:
+            where = _directory_ident(directory)
+        except OSError as e:
+            raise StoreError(f"cannot lock {key!r} in {self.url}: {e}") from e
         # the lock file's locks are this process's (through a shared descriptor): the
-        # in-process lock orders our threads.
-        with process_lock(self.url, key):
+        # in-process lock orders our threads, by the directory itself, whatever path or
+        # store root (a symbolic link, a prefix) led to it
+        with process_lock(f"directory {where}", name):
             try:
                 lock_file = _lock_byte(directory, offset)
             except OSError as e:
@@ -325,6 +330,15 @@ def _current_ident(path: str) -> tuple[int, int] | None:
         return _ident(os.stat(path))
     except FileNotFoundError:
         return None
+
+
+def _directory_ident(directory: str) -> tuple[int, int]:
+    """(device, inode) of ``directory``, which is made if missing."""
+    try:
+        return _ident(os.stat(directory))
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        return _ident(os.stat(directory))
 
 
 def _lock_byte(directory: str, offset: int) -> _LockFile:

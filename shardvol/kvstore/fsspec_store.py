@@ -84,8 +84,10 @@ class FsspecStore(KVStore):
             s3 = S3ConditionalObjects(self.fs)
             self._objects = s3
             self._reads = s3 if versioned_reads else None
-        elif self.read_only and versioned_reads:  # http(s)
-            self._reads = HttpVersionedReads(self.fs)
+        # http(s) reads all go through our GETs, which read the status and Content-Range
+        self._http = HttpVersionedReads(self.fs) if self.read_only else None
+        if self._http is not None and versioned_reads:
+            self._reads = self._http
         self.locks_across_processes = self._objects is not None
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
@@ -98,7 +100,9 @@ class FsspecStore(KVStore):
         if isinstance(result, FileNotFoundError):
             return None
         if isinstance(result, ByteRangeError):
-            raise result
+            raise ByteRangeError(
+                f"byte range {byte_range} of {key!r} in {self.url} is past its end ({result})"
+            ) from result
         if isinstance(result, BaseException):
             if _status(result) == 412:
                 raise VersionChangedError(
@@ -138,6 +142,9 @@ class FsspecStore(KVStore):
         reqs = _checked(requests)
         if not reqs:
             return []
+        if self._http is not None:
+            results = [value for value, _ in self._http.read([(self._path(k), r, None) for k, r in reqs])]
+            return [self._finish(k, r, res) for (k, r), res in zip(reqs, results)]
         paths = [self._path(k) for k, _ in reqs]
         starts = [None if r is None else r[0] for _, r in reqs]
         ends = [None if r is None else r[1] for _, r in reqs]
@@ -210,6 +217,8 @@ class FsspecStore(KVStore):
             self.fs.rm_file(self._path(key))
         except FileNotFoundError:
             pass
+        except Exception as e:
+            raise StoreError(f"cannot delete {key!r} in {self.url}: {e}") from e
 
     def list(self, prefix: str = "") -> list[str]:
         check_prefix(prefix)
@@ -219,6 +228,8 @@ class FsspecStore(KVStore):
             found = self.fs.find(base)
         except (FileNotFoundError, NotImplementedError):
             return []
+        except Exception as e:
+            raise StoreError(f"cannot list {prefix!r} in {self.url}: {e}") from e
         strip = self.root + "/"
         keys = []
         for p in found:

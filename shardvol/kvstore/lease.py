@@ -64,10 +64,13 @@ class Lease:
     """A held lock: renewed in the background until :meth:`release`."""
 
     def __init__(self, ops: ConditionalObjects, path: str, doc: dict, version: str,
-                 ttl: float) -> None:
+                 ttl: float, sent: float) -> None:
+        """``sent``: when the request that created the lease object was sent (monotonic)."""
         self.ops, self.path, self.ttl = ops, path, ttl
         self._doc, self._version = doc, version
-        self._renewed = time.monotonic()
+        # a lease's age runs from when its renewal was sent, not answered: a waiter may
+        # start counting as soon as the store has it
+        self._renewed = sent
         self._lost: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, daemon=True,
@@ -78,13 +81,14 @@ class Lease:
         while not self._stop.wait(self.ttl / 3):
             try:
                 self._doc["renewal"] += 1
+                sent = time.monotonic()
                 version = self.ops.replace(self.path, _encode(self._doc), self._version)
             except Exception:  # noqa: BLE001, S112 - any failure: the lease ages until check() refuses writes
                 continue
             if version is None:
                 self._lost = "another writer took the lease over"
                 return
-            self._version, self._renewed = version, time.monotonic()
+            self._version, self._renewed = version, sent
 
     def check(self) -> None:
         """Raise LockLostError unless the lease is certainly still ours."""
@@ -120,9 +124,10 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
     seen_at = start
     delay = 0.01
     while True:
+        sent = time.monotonic()
         version = ops.create(path, body)
         if version is not None:
-            return Lease(ops, path, doc, version, ttl)
+            return Lease(ops, path, doc, version, ttl, sent)
         now = time.monotonic()
         current = ops.current(path)
         if current is None:  # released meanwhile

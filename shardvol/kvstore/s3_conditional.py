@@ -28,15 +28,17 @@ class S3ConditionalObjects:
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict | None:
         """The client call's response; None if the condition failed or the object is absent."""
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         bucket, key, _ = self.fs.split_path(path)
-        client = sync(self.fs.loop, self.fs.set_session)
         try:
+            client = sync(self.fs.loop, self.fs.set_session)
             out = sync(self.fs.loop, getattr(client, method), Bucket=bucket, Key=key, **kwargs)
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in _CONFLICT | _MISSING:
                 return None
+            raise StoreError(f"cannot {method} lock object {path}: {e}") from e
+        except (BotoCoreError, OSError) as e:  # unreachable endpoint, credentials, ...
             raise StoreError(f"cannot {method} lock object {path}: {e}") from e
         self.fs.invalidate_cache(path)
         return out

@@ -11,12 +11,13 @@ that send no ETag, or ignore ``If-Match``, read as before (unchecked).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from fsspec.asyn import sync
 
-from shardvol.errors import ByteRangeError
+from shardvol.errors import ByteRangeError, StoreError
 
 # Ranged GETs in flight at once, per call of read().
 _READ_CONCURRENCY = 64
@@ -104,4 +105,39 @@ class HttpVersionedReads:
             if r.status == 404:
                 return FileNotFoundError(url), None
             r.raise_for_status()  # 412 (replaced), 416 (past the end): the store maps them
-            return await r.read(), strong_etag(r.headers.get("ETag"))
+            body = await r.read()
+            etag = strong_etag(r.headers.get("ETag"))
+            if byte_range is None:
+                return body, etag
+            return requested_bytes(r.status, r.headers.get("Content-Range"), body, byte_range, url), etag
+
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+def requested_bytes(
+    status: int, content_range: str | None, body: bytes, byte_range: tuple[int, int | None], url: str
+) -> bytes | Exception:
+    """The bytes ``byte_range`` asked for, out of a response: a 206's body holds what its
+    ``Content-Range`` says (which may be more than was asked), any other status the whole
+    value (a server that ignores Range). ByteRangeError if the value ends first."""
+    first, total = 0, len(body)
+    if status == 206:
+        m = _CONTENT_RANGE.fullmatch((content_range or "").strip())
+        if m is None or int(m[2]) - int(m[1]) + 1 != len(body):
+            return StoreError(f"{url}: partial content with Content-Range {content_range!r} "
+                              f"for {len(body)} bytes")
+        first, total = int(m[1]), None if m[3] == "*" else int(m[3])
+    start, stop = byte_range
+    end = first + len(body)  # of what the body holds
+    if start < 0:
+        if total is None or -start > total:
+            return ByteRangeError(f"the last {-start} bytes of {url} (it has {total})")
+        start, stop = total + start, total
+    elif stop is None:
+        stop = end if total is None else total
+    if start > stop or (stop > end and (total is None or stop > total)):
+        return ByteRangeError(f"byte range [{start}, {stop}) of {url} is past its end")
+    if start < first or stop > end:
+        return StoreError(f"{url}: response holds bytes [{first}, {end}), not [{start}, {stop})")
+    return body[start - first : stop - first]
