@@ -22,6 +22,15 @@ def _work_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _reset_in_child() -> None:
+    """After fork: the parent's pool threads do not exist in the child."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+
+
 def submit(fn: Callable[..., T], *args: object) -> Future:
     """Run ``fn(*args)`` in the background on the shared pool (it must not wait on the pool)."""
     return _work_pool().submit(fn, *args)

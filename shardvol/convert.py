@@ -42,7 +42,7 @@ import numpy as np
 
 from shardvol.compression import check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
-from shardvol.executor import run_tasks
+from shardvol.executor import check_reachable, run_tasks
 from shardvol.kvstore import FileStore, KVStore, open_store
 from shardvol.opener import FORMATS, check_format, detect_format, split_format
 from shardvol.volume import Volume
@@ -478,6 +478,7 @@ def copy(
         raise InvalidArgumentError(
             f"{_url(dst_rest)} holds a {existing} volume; it cannot be overwritten with {out_format}"
         )
+    check_reachable([open_store(src_rest), open_store(dst_rest)], executor)
     if _location(src_rest) == _location(dst_rest):
         raise InvalidArgumentError(f"source and destination are the same: {_url(src_rest)}")
 

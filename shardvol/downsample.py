@@ -26,6 +26,7 @@ pool, or a Dask cluster's ``client.get_executor()``.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Sequence
 from concurrent.futures import Executor
@@ -39,7 +40,7 @@ from shardvol._parallel import default_parallel
 from shardvol.buffered_store import BufferedChunkStore
 from shardvol.downsample_kernels import METHODS, downsample_pyramid
 from shardvol.errors import InvalidArgumentError
-from shardvol.executor import run_tasks
+from shardvol.executor import check_reachable, run_tasks
 from shardvol.indexing import normalize_selection
 from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.volume import Volume
@@ -222,6 +223,8 @@ def _validate(vol: Volume, factor: Sequence[int], num_mips: int, method: str) ->
     if len(f) != 3 or any(v < 1 for v in f) or f == (1, 1, 1):
         raise InvalidArgumentError(
             f"factor must be 3 positive integers, at least one > 1, got {factor!r}")
+    if isinstance(num_mips, numbers.Integral) and not isinstance(num_mips, bool):
+        num_mips = int(num_mips)  # numpy integers too
     if not isinstance(num_mips, int) or num_mips < 1:
         raise InvalidArgumentError(f"num_mips must be a positive integer, got {num_mips!r}")
     if method == "auto":
@@ -343,6 +346,7 @@ def downsample(
         vol = Volume(vol)
     f, method = _validate(vol, factor, num_mips, method)
     limit = parse_bytes(memory_limit)
+    check_reachable([vol.store], executor)
     _check_shared_shards(vol, f, num_mips, chunk_size, sharding, executor)
     targets = add_scales(vol, f, num_mips, encoding=encoding, chunk_size=chunk_size,
                          sharding=sharding, overwrite=overwrite)

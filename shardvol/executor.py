@@ -16,8 +16,23 @@ from typing import TypeVar
 from tqdm.auto import tqdm
 
 from shardvol._parallel import default_parallel
+from shardvol.errors import InvalidArgumentError
+from shardvol.kvstore import KVStore
 
 T = TypeVar("T")
+
+
+def check_reachable(stores: Sequence[KVStore], executor: Executor | None) -> None:
+    """Refuse an executor that may run tasks in other processes when a store lives in this
+    one (``memory://``): its workers would find nothing there."""
+    if executor is None or isinstance(executor, ThreadPoolExecutor):
+        return
+    for store in stores:
+        if store.in_process:
+            raise InvalidArgumentError(
+                f"{store.url} lives in this process, which the executor's workers may not "
+                "be: use executor=None or a ThreadPoolExecutor"
+            )
 
 
 def run_tasks(

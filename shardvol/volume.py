@@ -22,8 +22,8 @@ from shardvol.codecs import get_codec
 from shardvol.compression import DEFAULT_LEVEL, check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.grid import ChunkGrid
-from shardvol.indexing import AxisSelection, chunk_parts, normalize_selection
-from shardvol.info import ScaleInfo, VolumeInfo, resolution_key
+from shardvol.indexing import AxisSelection, ChunkPart, chunk_parts, normalize_selection
+from shardvol.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.precomputed_store import UnshardedChunkStore, chunk_key
 from shardvol.raw_files import RawFileReader
@@ -67,6 +67,10 @@ class Volume:
         jpeg_quality: int | None = None,
         compress_level: int | None = None,
     ) -> None:
+        if parallel is not None and (
+            isinstance(parallel, bool) or not isinstance(parallel, numbers.Integral) or parallel < 1
+        ):
+            raise InvalidArgumentError(f"parallel must be a positive integer, got {parallel!r}")
         self._kv = open_store(url)
         level = DEFAULT_LEVEL if compress_level is None else check_level(compress_level)
         self._options = dict(
@@ -115,7 +119,7 @@ class Volume:
             codec=codec,
             fill_value=_fill_value(self._options["fill_value"], meta.dtype, self.url),
             fill_missing=self._options["fill_missing"],
-            parallel=self._options["parallel"] or 0,
+            parallel=int(self._options["parallel"] or 0),
             direct=RawFileReader.for_scale(kv, grid, codec) if self._spec is None else None,
         )
 
@@ -243,19 +247,30 @@ class Volume:
         self[key] = value
 
     # ------------------------------------------------------------ chunk level
-    def _coords(self, region: Any) -> list[tuple[int, ...]]:
+    def _parts(self, region: Any) -> list[ChunkPart]:
         sel = self._selection(region, bounded=False)
-        return [p.coord for p in chunk_parts(sel, self._array.grid)]
+        return chunk_parts(sel, self._array.grid)
 
     def exists(self, region: Any = ...) -> dict[str, bool]:
-        """For every chunk overlapping ``region``, whether it is stored (keyed by chunk name)."""
-        coords = self._coords(region)
+        """For every chunk overlapping ``region``, whether it is stored; keyed as CloudVolume
+        does, by the chunk's file name under its scale (``"8_8_40/0-64_0-64_0-64"``)."""
+        coords = [p.coord for p in self._parts(region)]
         found = self._array.store.exists(coords)
-        return {chunk_key(self._array.grid, c): found[c] for c in coords}
+        return {f"{self.scale.key}/{chunk_key(self._array.grid, c)}": found[c] for c in coords}
 
     def delete(self, region: Any = ...) -> None:
-        """Delete every chunk overlapping ``region`` (whole chunks, as CloudVolume does)."""
-        self._array.store.delete_chunks(self._coords(region))
+        """Delete the chunks of ``region``, which must cover whole chunks (clipped to the
+        volume; as CloudVolume requires): they then read as the fill value."""
+        parts = self._parts(region)
+        partial = next((p for p in parts if not p.full), None)
+        if partial is not None:
+            raise InvalidArgumentError(
+                f"delete removes whole chunks, and the region covers chunk "
+                f"{chunk_key(self._array.grid, partial.coord)} only in part: align it to the "
+                f"chunk grid (chunk size {self.chunk_size}, from {self.voxel_offset}), or write "
+                "the fill value to clear part of a chunk"
+            )
+        self._array.store.delete_chunks([p.coord for p in parts])
 
     # -------------------------------------------------------------- scales
     def mip(self, mip: int | str | Sequence[float]) -> Volume:
@@ -353,7 +368,13 @@ class Volume:
             check_level(options["compress_level"])
         if encoding.lower() == "compressed_segmentation" and compressed_segmentation_block_size is None:
             compressed_segmentation_block_size = (8, 8, 8)
-        dtype = np.dtype(data_type)
+        try:
+            dtype = np.dtype(data_type.lower() if isinstance(data_type, str) else data_type)
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.name not in DATA_TYPES:
+            raise InfoError(f"data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
+        data_type = dtype.name
         scale = make_scale(
             resolution=resolution, size=size, voxel_offset=voxel_offset, chunk_size=chunk_size,
             encoding=encoding, compressed_segmentation_block_size=compressed_segmentation_block_size,

@@ -297,6 +297,73 @@ def test_threads_locking_one_file_through_different_roots_exclude_each_other(tmp
     assert stores[0][0].get("n") == b"120"
 
 
+def test_a_range_past_the_end_of_a_replaced_file_is_a_version_change(tmp_path):
+    # a reader whose index came from the longer old file: the writer's replacement, not damage
+    s = FileStore(str(tmp_path))
+    s.set("k", VALUE)
+    [(_, old)] = s.get_many_versioned([("k", (0, 10))])
+    s.set("k", VALUE[:100])
+    with pytest.raises(VersionChangedError, match="'k'"):
+        s.get_many_if([("k", (5000, 5100))], {"k": old})
+    [(_, new)] = s.get_many_versioned([("k", (0, 10))])
+    with pytest.raises(ByteRangeError):  # the same version: a real range error
+        s.get_many_if([("k", (5000, 5100))], {"k": new})
+
+
+def test_a_child_forked_while_threads_hold_shardvol_locks_reads_and_writes(tmp_path):
+    # the child has none of the parent's threads: no lock they held, no pool thread
+    from shardvol import _parallel, sharding
+
+    sharding.write_shards(str(tmp_path), sharding.ShardingSpec(
+        hash="identity", preshift_bits=0, minishard_bits=1, shard_bits=0), {1: b"one"})
+    locks = [store_base._key_locks_guard, store_base._io_pool_lock, _parallel._pool_lock,
+             file_store._lock_files_guard]
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        for lock in locks:
+            lock.acquire()
+        held.set()
+        release.wait(60)
+        for lock in locks:
+            lock.release()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_child_reads_and_writes,
+                                                            args=(str(tmp_path),))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+    finally:
+        release.set()
+        holder.join()
+
+
+def _child_reads_and_writes(root: str) -> None:
+    from shardvol import sharding
+
+    spec = sharding.ShardingSpec(hash="identity", preshift_bits=0, minishard_bits=1, shard_bits=0)
+    sharding.update_shard(root, spec, {2: b"two"})  # locks, pools
+    assert sharding.ShardReader(root, spec).get_data_many([1, 2]) == {1: b"one", 2: b"two"}
+
+
+def test_a_forked_child_and_its_parent_exclude_each_other(tmp_path):
+    # the child must not share the parent's lock-file descriptions (whose locks never
+    # conflict with each other)
+    s = FileStore(str(tmp_path), fsync=False)
+    s.set("counter", b"0")
+    with s.lock("counter"):  # the parent now keeps the directory's lock file open
+        pass
+    child = multiprocessing.get_context("fork").Process(target=_increment, args=(str(tmp_path), 60))
+    child.start()
+    _increment(str(tmp_path), 60)
+    child.join(60)
+    assert child.exitcode == 0 and s.get("counter") == b"120"
+
+
 def test_threads_of_two_processes_waiting_on_each_others_keys_are_no_deadlock(tmp_path):
     # each process holds one key in one thread and wants the other's key in another: the
     # kernel's check of traditional record locks, which goes process by process, called
@@ -340,6 +407,7 @@ def _increment(root: str, n: int) -> None:
     for _ in range(n):
         with s.lock("counter"):
             v = int(s.get("counter"))
+            time.sleep(0.0002)  # another holder of the lock, if there were one, would get in
             s.set("counter", str(v + 1).encode())
 
 

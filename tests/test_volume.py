@@ -243,10 +243,16 @@ def test_fill_missing_and_scalar_broadcast(tmp_path):
     vol[2:9, 1:3, 5] = 200
     out = vol[...]
     assert out.sum() == 200 * 7 * 2 and (out[2:9, 1:3, 5] == 200).all()
-    assert sorted(k for k, v in vol.exists().items() if v) == [
-        "0-4_0-4_4-8", "4-8_0-4_4-8", "8-10_0-4_4-8"]
-    vol.delete(np.s_[0:1, 0:1, 4:5])
-    assert not vol.exists(np.s_[0:4, 0:4, 4:8])["0-4_0-4_4-8"]
+    assert sorted(k for k, v in vol.exists().items() if v) == [  # CloudVolume's keys
+        "1_1_1/0-4_0-4_4-8", "1_1_1/4-8_0-4_4-8", "1_1_1/8-10_0-4_4-8"]
+    with pytest.raises(InvalidArgumentError, match="0-4_0-4_4-8 only in part"):
+        vol.delete(np.s_[0:1, 0:1, 4:5])  # would delete 63 voxels more: refused
+    assert vol.exists(np.s_[0:4, 0:4, 4:8])["1_1_1/0-4_0-4_4-8"]
+    vol.delete(np.s_[0:4, 0:4, 4:8])
+    assert not vol.exists(np.s_[0:4, 0:4, 4:8])["1_1_1/0-4_0-4_4-8"]
+    vol.delete(np.s_[8:10, 0:4, 4:8])  # a chunk cut by the volume's end: whole
+    assert not any(vol.exists(np.s_[8:10, 0:4, 4:8]).values())
+    assert (vol[4:8, 1:3, 5] == 200).all() and (vol[...] == 200).sum() == 4 * 2  # the rest
 
 
 def test_fill_value_must_fit_the_data_type(tmp_path):
@@ -451,3 +457,58 @@ def test_concurrent_processes_on_one_unit_lose_nothing(tmp_path, sharded):
 
 def test_public_api():
     assert shardvol.Volume is Volume
+
+
+def test_volumes_arrays_and_memory_stores_pickle(tmp_path):
+    # process pools and Dask send them to their workers
+    import pickle
+
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
+            "preshift_bits": 0, "minishard_bits": 1, "shard_bits": 1,
+            "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
+    for url in (str(tmp_path / "s"), "memory://pickled-volume"):
+        vol = Volume.create(url, size=(8, 8, 8), chunk_size=(4, 4, 4), sharding=spec,
+                            overwrite=True)
+        vol[...] = 5
+        again = pickle.loads(pickle.dumps(vol))
+        assert (again[...] == 5).all()  # (memory://: this process's values)
+        again[0:4, 0:4, 0:4] = 6
+        assert (vol[0:4, 0:4, 0:4] == 6).all()
+    arr = shardvol.zarr3.create(str(tmp_path / "z"), (8, 8), "uint8", (8, 8), (4, 4))
+    arr[...] = 3
+    assert (pickle.loads(pickle.dumps(arr))[...] == 3).all()
+
+
+def test_common_mistakes_are_shardvol_errors(tmp_path, monkeypatch):
+    with pytest.raises(InfoError, match="data_type 'unit8' is not one of"):
+        Volume.create(str(tmp_path / "a"), size=(4, 4, 4), data_type="unit8")
+    assert Volume.create(str(tmp_path / "b"), size=(4, 4, 4), data_type=np.uint16).dtype == "uint16"
+    for bad in ("4", -1, 0, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="parallel"):
+            Volume(str(tmp_path / "b"), parallel=bad)
+    assert (Volume(str(tmp_path / "b"), parallel=np.int64(3))[...] == 0).all()
+    with pytest.raises(shardvol.errors.UnsupportedSchemeError, match="gcsfs"):
+        Volume("gs://bucket/volume")  # gcsfs is not installed here
+    vol = Volume(str(tmp_path / "b"))
+    vol[...] = 1
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(os, "unlink", refused)
+    with pytest.raises(shardvol.errors.StoreError, match="cannot delete"):
+        vol.delete(...)
+
+
+def test_memory_volumes_are_refused_by_executors_of_other_processes():
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    vol = Volume.create("memory://executor-check", size=(16, 16, 8), chunk_size=(8, 8, 8),
+                        overwrite=True)
+    vol[...] = 3
+    with ProcessPoolExecutor(1) as pool, pytest.raises(InvalidArgumentError, match="this process"):
+        shardvol.downsample(vol, num_mips=1, executor=pool, progress=False)
+    assert len(Volume("memory://executor-check").mips) == 1  # nothing added
+    with ThreadPoolExecutor(2) as pool:
+        shardvol.downsample(vol, num_mips=np.int64(1), executor=pool, progress=False)
+    assert (vol.mip(1)[...] == 3).all()

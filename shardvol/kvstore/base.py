@@ -34,6 +34,15 @@ _io_pool: ThreadPoolExecutor | None = None
 _io_pool_lock = threading.Lock()
 
 
+def _reset_in_child() -> None:
+    """After fork: the parent's pool threads and the holders of its locks do not exist in
+    the child, so it starts with no pool and free locks."""
+    global _io_pool, _io_pool_lock, _key_locks_guard
+    _io_pool, _io_pool_lock = None, threading.Lock()
+    _key_locks.clear()
+    _key_locks_guard = threading.Lock()
+
+
 def io_pool() -> ThreadPoolExecutor:
     """The process-wide thread pool used for concurrent store I/O.
 
@@ -113,6 +122,8 @@ class KVStore(ABC):
     local: bool = False
     #: :meth:`lock` excludes other processes (and machines) too, not only this one's threads.
     locks_across_processes: bool = False
+    #: The values live in this process (``memory://``): no other process can reach them.
+    in_process: bool = False
 
     @abstractmethod
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
@@ -239,6 +250,9 @@ def _process_lock(url: str, key: str) -> Iterator[None]:
             entry.users -= 1
             if entry.users == 0:
                 del _key_locks[(url, key)]
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def process_lock(url: str, key: str) -> contextlib.AbstractContextManager[None]:

@@ -32,7 +32,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 from urllib.parse import unquote, urlparse
 
 from shardvol._ext import hugeblock
-from shardvol.errors import InvalidKeyError, StoreError, VersionChangedError
+from shardvol.errors import ByteRangeError, InvalidKeyError, StoreError, VersionChangedError
 from shardvol.kvstore.base import (
     HIDDEN_PREFIX,
     ByteRange,
@@ -131,9 +131,18 @@ class FileStore(KVStore):
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
     ) -> list[bytes | memoryview | None]:
         """Checked against the version of the file each value was read from (no extra
-        system call, and no window between the read and the check)."""
+        system call, and no window between the read and the check).  A range past the end
+        of a file that is no longer at its version is that change, not a range error."""
         reqs = [normalize_request(r) for r in requests]
-        read = self._read_many(reqs)
+        try:
+            read = self._read_many(reqs)
+        except ByteRangeError:
+            for key, expected in versions.items():
+                if expected is not None and not self.still_at(key, expected):
+                    raise VersionChangedError(
+                        f"{key!r} in {self.url} changed since version {expected!r}", key
+                    ) from None
+            raise
         for (key, _), (_, version) in zip(reqs, read):
             expected = versions.get(key)
             if expected is not None and version != expected:
@@ -243,8 +252,12 @@ class FileStore(KVStore):
             raise
 
     def delete(self, key: str) -> None:
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        try:
             os.unlink(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as e:
+            raise StoreError(f"cannot delete {key!r} in {self.url}: {e}") from e
 
     def list(self, prefix: str = "") -> list[str]:
         check_prefix(prefix)
@@ -319,6 +332,24 @@ _lock_files: dict[tuple[int, int], _LockFile] = {}  # by (st_dev, st_ino)
 _lock_file_at: dict[str, tuple[int, int]] = {}  # lock file path -> the file last found there
 _idle_lock_files: OrderedDict[tuple[int, int], None] = OrderedDict()  # least recent first
 _lock_files_guard = threading.Lock()
+
+
+def _forget_lock_files_in_child() -> None:
+    """After fork: the child's copies of the lock-file descriptors share their open file
+    descriptions with the parent's, whose locks they would then share (no exclusion between
+    parent and child); the child opens its own, and no lock of the parent is its."""
+    global _lock_files_guard
+    for lock_file in _lock_files.values():
+        for fd in (lock_file.fd, *lock_file.spare):
+            with contextlib.suppress(OSError):
+                os.close(fd)  # (the parent's locks stay: its descriptors are still open)
+    _lock_files.clear()
+    _lock_file_at.clear()
+    _idle_lock_files.clear()
+    _lock_files_guard = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_lock_files_in_child)
 
 
 def _ident(st: os.stat_result) -> tuple[int, int]:

@@ -17,7 +17,12 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 
 import fsspec
 
-from shardvol.errors import ByteRangeError, StoreError, VersionChangedError
+from shardvol.errors import (
+    ByteRangeError,
+    StoreError,
+    UnsupportedSchemeError,
+    VersionChangedError,
+)
 from shardvol.kvstore.base import (
     HIDDEN_PREFIX,
     ByteRange,
@@ -69,7 +74,10 @@ class FsspecStore(KVStore):
     def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
                  check_versions: bool = False, versioned_reads: bool = True,
                  **storage_options) -> None:
-        self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
+        try:
+            self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
+        except ImportError as e:  # gcsfs, s3fs, ... not installed
+            raise UnsupportedSchemeError(f"{url}: {e}") from e
         protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
         self.read_only = bool(protocols & READ_ONLY_PROTOCOLS)
         self.root = root.rstrip("/")

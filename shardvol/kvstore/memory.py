@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 
 from shardvol.kvstore.base import ByteRange, KVStore, check_key, check_prefix, resolve_range
@@ -13,10 +14,19 @@ _COUNTER = itertools.count(1)
 _SPACES_LOCK = threading.Lock()
 
 
+def _reset_in_child() -> None:
+    global _SPACES_LOCK
+    _SPACES_LOCK = threading.Lock()  # (a parent's thread may have held it at fork)
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+
+
 class MemoryStore(KVStore):
     """Values in a dict; ``memory://a`` opened twice sees the same values."""
 
     local = True
+    in_process = True
 
     def __init__(self, url: str = "memory://") -> None:
         name = url.removeprefix("memory://")
@@ -26,6 +36,12 @@ class MemoryStore(KVStore):
             self._data = _SPACES.setdefault(name, {})
             self._versions = _VERSIONS.setdefault(name, {})
         self._guard = threading.Lock()
+
+    def __getstate__(self) -> dict[str, str]:
+        return {"url": self.url}  # (another process has its own values under that URL)
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.__init__(state["url"])  # type: ignore[misc]
 
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         value = self._data.get(check_key(key))

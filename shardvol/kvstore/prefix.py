@@ -28,6 +28,7 @@ class PrefixStore(KVStore):
         self.read_only = base.read_only
         self.local = base.local
         self.locks_across_processes = base.locks_across_processes
+        self.in_process = base.in_process
         self._keys: dict[str, str] = {}  # key -> base key, saving the check and join per read
 
     def _k(self, key: str) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -10,14 +12,26 @@ from typing import Any
 _MISSING = object()
 
 
+_ALL: weakref.WeakSet[LRU] = weakref.WeakSet()
+
+
 class LRU:
-    """Least-recently-used mapping holding at most ``size`` entries (0 disables caching)."""
+    """Least-recently-used mapping holding at most ``size`` entries (0 disables caching).
+
+    Pickles as an empty cache of the same size (entries belong to one process)."""
 
     def __init__(self, size: int) -> None:
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
         self.size = 0
         self.resize(size)
+        _ALL.add(self)
+
+    def __getstate__(self) -> dict[str, int]:
+        return {"size": self.size}
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        self.__init__(state["size"])  # type: ignore[misc]
 
     def resize(self, size: int) -> None:
         """Change the capacity, evicting the least recently used entries if needed."""
@@ -71,3 +85,12 @@ class LRU:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+
+
+def _reset_in_child() -> None:
+    """After fork: a lock held by one of the parent's threads would stay held in the child."""
+    for cache in list(_ALL):
+        cache._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)

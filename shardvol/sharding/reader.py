@@ -652,6 +652,7 @@ class ShardReader:
                 for i in idx.tolist():
                     a = starts[i] - base
                     yield i, view[a : a + sizes[i]]
+            del blobs, blob, view  # this group's bytes go before the next group is read
 
 
     # -- I/O helpers ---------------------------------------------------------------------
