@@ -158,6 +158,16 @@ def _z_cuts(a: int, b: int, origin: int, chunk: int, slabs: int) -> list[int]:
     return [bounds[round(i * (len(bounds) - 1) / slabs)] for i in range(slabs + 1)]
 
 
+def _z_layers(region: Box, z_grid: tuple[int, int]) -> float:
+    """Pieces a region can be cut into along z on its chunk boundaries (unbounded if empty:
+    an empty region constrains nothing)."""
+    (lo, hi), (origin, chunk) = region, z_grid
+    if any(x >= y for x, y in zip(lo, hi)):
+        return math.inf
+    first = origin + ((lo[2] - origin) // chunk + 1) * chunk  # the first boundary above lo
+    return 1 + max(0, -(-(hi[2] - first) // chunk))
+
+
 def _slab_boxes(task: Task) -> list[tuple[Box, ...]]:
     """Split every owned region into ``task.slabs`` pieces along z, cut on its chunk boundaries,
     so no chunk is written by two slabs."""
@@ -304,13 +314,18 @@ def plan(vol: Volume, targets: list[Volume], factor: Sequence[int], method: str,
             tasks = plan_stage(source.url, src, scales, factor, method, source.fill_value,
                                resume, 1, source.compress_level)
             out_bytes = max(sum(_nbytes(r, itemsize) for r in t.regions) for t in tasks)
-            if out_bytes <= budget / 2 or m == 1:
-                chosen = (m, scales, tasks)
+            need = max(_nbytes(_source_box(t.regions, factor, (src.lo, src.hi))
+                               or ((0,) * 3,) * 2, itemsize) for t in tasks)
+            slabs = max(1, math.ceil(need * _SOURCE_OVERHEAD / (budget / 2)))
+            # every mip's regions must be cut into that many slabs (on their chunk
+            # boundaries), else a slab would pool that mip from its whole z range at once:
+            # such mips go to a later stage, which pools them from a smaller source
+            if m == 1 or (out_bytes <= budget / 2 and all(
+                _z_layers(r, z) >= slabs for t in tasks for r, z in zip(t.regions, t.z_grids)
+            )):
+                chosen = (m, scales, tasks, slabs)
                 break
-        m, scales, tasks = chosen  # type: ignore[misc]
-        need = max(_nbytes(_source_box(t.regions, factor, (src.lo, src.hi)) or ((0,) * 3,) * 2,
-                           itemsize) for t in tasks)
-        slabs = max(1, math.ceil(need * _SOURCE_OVERHEAD / (budget / 2)))
+        m, scales, tasks, slabs = chosen  # type: ignore[misc]
         stages.append([replace(t, slabs=max(slabs, _unit_layers(t, scales[0])))
                        for t in tasks])
         source, remaining = remaining[m - 1], remaining[m:]

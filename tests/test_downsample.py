@@ -238,6 +238,26 @@ def test_plan_owns_whole_units_and_respects_memory(tmp_path):
             assert (seen == 1).all()  # every voxel owned by exactly one task
 
 
+def test_no_slab_pools_a_mip_from_its_whole_task(tmp_path):
+    # a coarse mip too small to cut into the slabs the memory limit asks for goes to a later
+    # stage (it used to make one slab read the task's whole source: 128 MiB at a 100 MB limit)
+    from shardvol.downsample import _nbytes, _slab_boxes, _source_box, add_scales
+
+    vol = Volume.create(str(tmp_path), size=(512, 512, 512), chunk_size=(64, 64, 64))
+    targets = add_scales(vol, (2, 2, 2), 3, encoding=None, chunk_size=None, sharding=None,
+                         overwrite=False)
+    stages = plan(vol, targets, (2, 2, 2), "mean", parse_bytes("100MB"), 2, False)
+    scales = {v.scale.key: Scale.of(v) for v in (vol, *targets)}
+    largest = 0
+    for tasks in stages:
+        for t in tasks:
+            source = scales[t.source]
+            for slab in _slab_boxes(t):
+                box = _source_box(slab, (2, 2, 2), (source.lo, source.hi))
+                largest = max(largest, _nbytes(box, 1) if box else 0)
+    assert len(stages) > 1 and largest <= 32 << 20
+
+
 def test_parse_bytes():
     assert parse_bytes("2GB") == 2 * 10**9 and parse_bytes("512 MiB") == 512 * 2**20
     assert parse_bytes(1234) == 1234 and parse_bytes("10kb") == 10_000
