@@ -372,6 +372,17 @@ def _same_number(a: complex, b: complex) -> bool:
     return a == b or both_nan
 
 
+def cast_scalar(value: Any, dtype: np.dtype) -> Any:
+    """``value`` as a scalar of ``dtype`` if it is one exactly (a fill value, say), else
+    InvalidArgumentError."""
+    try:
+        if np.ndim(value) != 0:
+            raise InvalidArgumentError("not a scalar")
+        return _cast_value(value, dtype)[()]
+    except (InvalidArgumentError, TypeError, ValueError):
+        raise InvalidArgumentError(f"{value!r} is not a {dtype} value") from None
+
+
 def _cast_value(value: Any, dtype: np.dtype) -> np.ndarray:
     """``value`` as an array of ``dtype`` if that loses nothing, else InvalidArgumentError.
 

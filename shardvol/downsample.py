@@ -151,10 +151,15 @@ def _nbytes(box: Box, itemsize: int) -> int:
     return int(np.prod([max(0, b - a) for a, b in zip(*box)])) * itemsize
 
 
+def _z_bounds(a: int, b: int, origin: int, chunk: int) -> list[int]:
+    """``a``, the chunk boundaries strictly between ``a`` and ``b``, and ``b``."""
+    first = origin + -(-(a - origin) // chunk) * chunk
+    return [a, *range(first if first > a else first + chunk, b, chunk), b]
+
+
 def _z_cuts(a: int, b: int, origin: int, chunk: int, slabs: int) -> list[int]:
     """``slabs + 1`` cut points from ``a`` to ``b`` on chunk boundaries, evenly spread."""
-    first = origin + -(-(a - origin) // chunk) * chunk
-    bounds = [a, *range(first if first > a else first + chunk, b, chunk), b]
+    bounds = _z_bounds(a, b, origin, chunk)
     return [bounds[round(i * (len(bounds) - 1) / slabs)] for i in range(slabs + 1)]
 
 
@@ -164,8 +169,7 @@ def _z_layers(region: Box, z_grid: tuple[int, int]) -> float:
     (lo, hi), (origin, chunk) = region, z_grid
     if any(x >= y for x, y in zip(lo, hi)):
         return math.inf
-    first = origin + ((lo[2] - origin) // chunk + 1) * chunk  # the first boundary above lo
-    return 1 + max(0, -(-(hi[2] - first) // chunk))
+    return len(_z_bounds(lo[2], hi[2], origin, chunk)) - 1
 
 
 def _slab_boxes(task: Task) -> list[tuple[Box, ...]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.chunked import ChunkedArray, _cast_value
+from shardvol.chunked import ChunkedArray, cast_scalar
 from shardvol.chunkstore import ChunkStore
 from shardvol.codecs import get_codec
 from shardvol.compression import DEFAULT_LEVEL, check_level
@@ -472,10 +472,8 @@ def _integer(value: Any) -> Any:
 def _fill_value(value: Any, dtype: np.dtype, url: str) -> Any:
     """``value`` as a scalar of ``dtype``, if it is one exactly (else InvalidArgumentError)."""
     try:
-        if np.ndim(value) != 0:
-            raise InvalidArgumentError("not a scalar")
-        return _cast_value(value, dtype)[()]
-    except (InvalidArgumentError, TypeError, ValueError):
+        return cast_scalar(value, dtype)
+    except InvalidArgumentError:
         raise InvalidArgumentError(
             f"{url}: fill_value {value!r} is not a {dtype} value"
         ) from None

@@ -151,8 +151,7 @@ class FsspecStore(KVStore):
         if not reqs:
             return []
         if self._http is not None:
-            results = [value for value, _ in self._http.read([(self._path(k), r, None) for k, r in reqs])]
-            return [self._finish(k, r, res) for (k, r), res in zip(reqs, results)]
+            return [value for value, _ in self._versioned_reads(reqs, {}, self._http)]
         paths = [self._path(k) for k, _ in reqs]
         starts = [None if r is None else r[0] for _, r in reqs]
         ends = [None if r is None else r[1] for _, r in reqs]
@@ -177,11 +176,16 @@ class FsspecStore(KVStore):
         return [value for value, _ in self._versioned_reads(_checked(requests), versions)]
 
     def _versioned_reads(
-        self, reqs: list[tuple[str, ByteRange | None]], versions: Mapping[str, Hashable | None]
+        self,
+        reqs: list[tuple[str, ByteRange | None]],
+        versions: Mapping[str, Hashable | None],
+        reads: VersionedReads | None = None,
     ) -> list[tuple[bytes | None, Hashable | None]]:
-        """(value, ETag) of each request; ``versions[key]`` is sent as If-Match."""
-        assert self._reads is not None
-        results = self._reads.read([(self._path(k), r, versions.get(k)) for k, r in reqs])
+        """(value, ETag) of each request through ``reads`` (default: the store's versioned
+        reads); ``versions[key]`` is sent as If-Match."""
+        reads = reads or self._reads
+        assert reads is not None
+        results = reads.read([(self._path(k), r, versions.get(k)) for k, r in reqs])
         return [(self._finish(k, r, res), etag) for (k, r), (res, etag) in zip(reqs, results)]
 
     @contextlib.contextmanager

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from shardvol.chunked import cast_scalar
 from shardvol.errors import InfoError, InvalidArgumentError, UnsupportedCodecError
 from shardvol.zarr3.codecs import (
     JSON,
@@ -166,18 +166,11 @@ def coerce_fill_value(value: Any, dtype: np.dtype) -> Any:
     if value is None or isinstance(value, (str, list, tuple)):
         return fill_value_from_json(list(value) if isinstance(value, tuple) else value, dtype)
     try:
-        with warnings.catch_warnings():  # complex <-> real: compared below
-            warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
-            scalar = np.asarray(value).astype(dtype)[()]
-            back = np.asarray(scalar).astype(np.asarray(value).dtype)
-        exact = bool(back == np.asarray(value)) or bool(
-            np.isnan(back).any() and np.isnan(value).any()
-        )
-    except (TypeError, ValueError, OverflowError) as e:
-        raise InvalidArgumentError(f"fill_value {value!r} does not fit data type {dtype}") from e
-    if not exact:
-        raise InvalidArgumentError(f"fill_value {value!r} does not fit data type {dtype}")
-    return scalar
+        return cast_scalar(value, dtype)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"fill_value {value!r} does not fit data type {dtype}"
+        ) from None
 
 
 # --------------------------------------------------------------------------- chunk keys
