@@ -51,8 +51,8 @@ from bench_volume import (
 
 from shardvol import Volume
 from shardvol._parallel import run_parallel
+from shardvol.array.indexing import ChunkPart, chunk_parts, normalize_selection
 from shardvol.compression import gzip_compress
-from shardvol.indexing import ChunkPart, chunk_parts, normalize_selection
 
 THREADS = os.cpu_count() or 1
 DISK_WRITERS = 8

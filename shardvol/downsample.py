@@ -37,11 +37,11 @@ from typing import Any
 import numpy as np
 
 from shardvol._parallel import default_parallel
-from shardvol.buffered_store import BufferedChunkStore
+from shardvol.array.buffered import BufferedChunkStore
+from shardvol.array.indexing import normalize_selection
 from shardvol.downsample_kernels import METHODS, downsample_pyramid
 from shardvol.errors import InvalidArgumentError
 from shardvol.executor import check_reachable, run_tasks
-from shardvol.indexing import normalize_selection
 from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.volume import Volume
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
-from shardvol.chunkstore import ChunkCoord, ChunkRead, ChunkStore
+from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore
+from shardvol.array.grid import ChunkGrid
 from shardvol.compression import gzip_decompress
 from shardvol.errors import ChunkDecodeError
-from shardvol.grid import ChunkGrid
 from shardvol.kvstore import KVStore
 from shardvol.kvstore.base import io_pool
 

@@ -18,9 +18,9 @@ import sys
 import numpy as np
 
 from shardvol._ext import rawfile
+from shardvol.array.grid import ChunkGrid
+from shardvol.array.indexing import ChunkPart
 from shardvol.codecs.base import Codec
-from shardvol.grid import ChunkGrid
-from shardvol.indexing import ChunkPart
 from shardvol.kvstore import KVStore
 from shardvol.precomputed_store import chunk_key
 

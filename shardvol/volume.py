@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.chunked import ChunkedArray, cast_scalar
-from shardvol.chunkstore import ChunkStore
+from shardvol.array.chunkstore import ChunkStore
+from shardvol.array.engine import ChunkedArray
+from shardvol.array.grid import ChunkGrid
+from shardvol.array.indexing import AxisSelection, ChunkPart, chunk_parts, normalize_selection
+from shardvol.array.values import cast_scalar
 from shardvol.codecs import get_codec
 from shardvol.compression import DEFAULT_LEVEL, check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
-from shardvol.grid import ChunkGrid
-from shardvol.indexing import AxisSelection, ChunkPart, chunk_parts, normalize_selection
 from shardvol.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.precomputed_store import UnshardedChunkStore, chunk_key

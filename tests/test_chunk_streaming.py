@@ -12,8 +12,8 @@ import pytest
 
 from shardvol import Volume
 from shardvol._parallel import MIN_PARALLEL_SECONDS, WorkEstimate
+from shardvol.array.grid import ChunkGrid
 from shardvol.errors import ChunkDecodeError, MissingChunkError, ShardFormatError
-from shardvol.grid import ChunkGrid
 from shardvol.kvstore import MemoryStore
 from shardvol.kvstore.memory import clear_memory
 from shardvol.precomputed_store import UnshardedChunkStore, chunk_key

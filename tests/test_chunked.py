@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardvol._parallel import run_parallel
-from shardvol.chunked import ChunkedArray
-from shardvol.chunkstore import ChunkStore
+from shardvol.array.chunkstore import ChunkStore
+from shardvol.array.engine import ChunkedArray
+from shardvol.array.grid import ChunkGrid
+from shardvol.array.indexing import normalize_selection
 from shardvol.errors import InvalidArgumentError, MissingChunkError
-from shardvol.grid import ChunkGrid
-from shardvol.indexing import normalize_selection
 
 
 class RawCodec:

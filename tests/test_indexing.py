@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardvol.array.grid import ChunkGrid
+from shardvol.array.indexing import chunk_parts, drop_axes, normalize_selection
 from shardvol.errors import InvalidArgumentError, OutOfBoundsError
-from shardvol.grid import ChunkGrid
-from shardvol.indexing import chunk_parts, drop_axes, normalize_selection
 
 
 def assemble(model: np.ndarray, grid: ChunkGrid, key) -> np.ndarray:

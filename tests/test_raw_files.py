@@ -146,7 +146,7 @@ def test_read_into_returns_what_it_did_not_read(tmp_path):
     os.remove(tmp_path / vol.scale.key / "4-8_4-8_0-8")
     reader = vol.chunked_array.direct
     assert isinstance(reader, RawFileReader)
-    from shardvol.indexing import chunk_parts, normalize_selection
+    from shardvol.array.indexing import chunk_parts, normalize_selection
 
     arr = vol.chunked_array
     sel = normalize_selection((slice(1, 7), slice(0, 8), slice(2, 6), slice(None)),

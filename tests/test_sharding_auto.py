@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from shardvol import Volume, sharded_store
 from shardvol import _reference as reference
-from shardvol.grid import ChunkGrid
+from shardvol.array.grid import ChunkGrid
 from shardvol.kernels import compressed_morton_code
 from shardvol.kvstore import MemoryStore
 from shardvol.sharded_store import ShardedChunkStore

@@ -1,4 +1,4 @@
-"""ZarrChunkStore + its codec plugged into the generic slicing engine (shardvol.chunked).
+"""ZarrChunkStore + its codec plugged into the generic slicing engine (shardvol.array.engine).
 
 Random basic-indexing reads of arrays TensorStore wrote, and random region
 writes whose result TensorStore and zarr-python read back, against a numpy model.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardvol.indexing import normalize_selection
+from shardvol.array.indexing import normalize_selection
 
 from .test_zarr3_roundtrip import equal, random_case, random_data
 from .zarr3_util import chunked_array, open_chunkstore, ts_read, ts_write, zarr_read

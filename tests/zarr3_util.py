@@ -1,7 +1,7 @@
 """Whole-chunk read/write of a Zarr v3 array through ZarrChunkStore, for the zarr3 tests.
 
 Deliberately minimal (every chunk, full array): not a slicing layer.  The
-numpy slicing of Zarr arrays lives in shardvol.indexing.
+numpy slicing of Zarr arrays lives in shardvol.array.indexing.
 """
 
 from __future__ import annotations
@@ -128,9 +128,9 @@ def zarr_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
 
 
 def chunked_array(cs: ZarrChunkStore):
-    """The slicing engine (shardvol.chunked) over a Zarr chunk store, as Zarr semantics need it."""
-    from shardvol.chunked import ChunkedArray
-    from shardvol.grid import ChunkGrid
+    """The slicing engine (shardvol.array.engine) over a Zarr chunk store, as Zarr semantics need it."""
+    from shardvol.array.engine import ChunkedArray
+    from shardvol.array.grid import ChunkGrid
 
     grid = ChunkGrid((0,) * len(cs.shape), cs.shape, cs.chunk_shape)
     return ChunkedArray(

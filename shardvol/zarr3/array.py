@@ -2,7 +2,7 @@
 
 ``arr[0:10, 5, ::2]`` reads in the array's own axes (C order by default) and
 ``arr[...] = value`` writes any region; both run on the generic chunk engine
-(:mod:`shardvol.chunked`) over a :class:`ZarrChunkStore`.  Shards and chunks
+(:mod:`shardvol.array.engine`) over a :class:`ZarrChunkStore`.  Shards and chunks
 that are absent read as the fill value; chunks that become all fill are not
 stored, and a shard left with no chunks is deleted.  A write that covers
 only part of a shard reads, merges and rewrites that shard under its lock.
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.chunked import ChunkedArray
+from shardvol.array.engine import ChunkedArray
+from shardvol.array.grid import ChunkGrid
+from shardvol.array.indexing import AxisSelection, normalize_selection
 from shardvol.errors import InvalidArgumentError, ReadOnlyStoreError, ShardvolError
-from shardvol.grid import ChunkGrid
-from shardvol.indexing import AxisSelection, normalize_selection
 from shardvol.kvstore import KVStore, open_store
 from shardvol.zarr3.chunkstore import ZarrChunkStore
 from shardvol.zarr3.codecs import JSON, Codec

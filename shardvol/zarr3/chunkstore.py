@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
-from shardvol.chunkstore import ChunkCoord, ChunkStore
+from shardvol.array.chunkstore import ChunkCoord, ChunkStore
 from shardvol.errors import (
     AlreadyExistsError,
     ByteRangeError,

@@ -27,7 +27,7 @@ import crc32c as _crc32c
 import imagecodecs
 import numpy as np
 
-from shardvol.chunked import is_fill
+from shardvol.array.values import is_fill
 from shardvol.compression import gzip_compress, gzip_decompress, is_gzip
 from shardvol.errors import (
     ChecksumError,

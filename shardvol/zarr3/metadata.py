@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.chunked import cast_scalar
+from shardvol.array.values import cast_scalar
 from shardvol.errors import InfoError, InvalidArgumentError, UnsupportedCodecError
 from shardvol.zarr3.codecs import (
     JSON,

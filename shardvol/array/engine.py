@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
@@ -28,10 +27,9 @@ import numpy as np
 
 from shardvol._ext import hugeblock
 from shardvol._parallel import WorkEstimate, default_parallel, run_parallel
-from shardvol.chunkstore import ChunkCoord, ChunkRead, ChunkStore
-from shardvol.errors import InvalidArgumentError, MissingChunkError
-from shardvol.grid import ChunkGrid
-from shardvol.indexing import (
+from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore
+from shardvol.array.grid import ChunkGrid
+from shardvol.array.indexing import (
     AxisSelection,
     ChunkPart,
     chunk_parts,
@@ -39,6 +37,8 @@ from shardvol.indexing import (
     drop_axes,
     selection_in_domain,
 )
+from shardvol.array.values import cast_value, is_fill
+from shardvol.errors import InvalidArgumentError, MissingChunkError
 
 _MIN_BATCH = 8  # chunks: a batch costs about as much as decoding a few small chunks
 _MAX_BATCH = 64
@@ -331,7 +331,7 @@ class ChunkedArray:
 
     def prepare_value(self, sel: tuple[AxisSelection, ...], value: Any) -> np.ndarray:
         """``value`` checked for dtype and broadcast to the selection's full-rank shape."""
-        arr = _cast_value(value, self.dtype)
+        arr = cast_value(value, self.dtype)
         sel_shape = tuple(a.count for a in sel if not a.drop)
         try:
             arr = np.broadcast_to(arr, sel_shape)
@@ -340,80 +340,3 @@ class ChunkedArray:
                 f"cannot write a value of shape {arr.shape} into a selection of shape {sel_shape}"
             ) from None
         return arr.reshape(tuple(a.count for a in sel))
-
-
-def is_fill(array: np.ndarray, fill_value: Any) -> bool:
-    """Whether every element of ``array`` is ``fill_value``, bit for bit for floating-point
-    types (-0.0 is not 0.0, and a NaN is the fill value only with its payload), so that
-    leaving out a chunk that is all fill loses nothing."""
-    fill = np.asarray(fill_value, dtype=array.dtype)
-    if array.dtype.kind in "fc":
-        parts = [(array, fill)]
-        if array.dtype.kind == "c":
-            parts = [(array.real, fill.real), (array.imag, fill.imag)]
-        bits = f"u{parts[0][0].dtype.itemsize}"
-        return all(_all_equal(a.view(bits), f.view(bits)) for a, f in parts)
-    return _all_equal(array, fill)
-
-
-def _all_equal(array: np.ndarray, value: np.ndarray) -> bool:
-    if array.size and array.flat[0] != value:  # most stored chunks fail at once
-        return False
-    return bool(np.all(array == value))
-
-
-def _same_number(a: complex, b: complex) -> bool:
-    """Whether two Python numbers are equal exactly, NaN to NaN (complex: part by part).
-    (numpy would compare an integer and a float in float64, where 2**53 + 1 equals 2**53.)"""
-    if isinstance(a, complex) or isinstance(b, complex):
-        a, b = complex(a), complex(b)
-        return _same_number(a.real, b.real) and _same_number(a.imag, b.imag)
-    both_nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
-    return a == b or both_nan
-
-
-def cast_scalar(value: Any, dtype: np.dtype) -> Any:
-    """``value`` as a scalar of ``dtype`` if it is one exactly (a fill value, say), else
-    InvalidArgumentError."""
-    try:
-        if np.ndim(value) != 0:
-            raise InvalidArgumentError("not a scalar")
-        return _cast_value(value, dtype)[()]
-    except (InvalidArgumentError, TypeError, ValueError):
-        raise InvalidArgumentError(f"{value!r} is not a {dtype} value") from None
-
-
-def _cast_value(value: Any, dtype: np.dtype) -> np.ndarray:
-    """``value`` as an array of ``dtype`` if that loses nothing, else InvalidArgumentError.
-
-    Allowed: the same dtype, numpy "safe" casts, integer arrays whose values all
-    fit the target integer type, and scalars representable exactly.
-    """
-    arr = np.asarray(value)
-    if arr.dtype == dtype:
-        return arr
-    if arr.ndim == 0 and arr.dtype.kind in "biufc":
-        try:
-            with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
-                converted = np.array(value).astype(dtype, casting="unsafe")
-            same = _same_number(converted.item(), arr.item())
-        except (OverflowError, ValueError, TypeError):
-            same = False
-        if not same:
-            raise InvalidArgumentError(f"value {value!r} cannot be stored exactly as {dtype}")
-        return converted
-    if np.can_cast(arr.dtype, dtype, casting="safe"):
-        return arr.astype(dtype)
-    if arr.dtype.kind in "iu" and dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
-        if info.min <= lo and hi <= info.max:
-            return arr.astype(dtype)
-        raise InvalidArgumentError(
-            f"{arr.dtype} values in [{lo}, {hi}] do not fit in {dtype} [{info.min}, {info.max}]"
-        )
-    raise InvalidArgumentError(
-        f"cannot write {arr.dtype} data to a {dtype} array without loss; "
-        f"cast it first (e.g. value.astype('{dtype}'))"
-    )

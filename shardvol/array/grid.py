@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardvol.chunkstore import ChunkCoord
+#: A chunk's position in its array's chunk grid.
+ChunkCoord = tuple[int, ...]
 
 
 @dataclass(frozen=True)

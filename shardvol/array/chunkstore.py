@@ -3,7 +3,7 @@
 A chunk store holds the *encoded* chunks of one array (one precomputed scale,
 one Zarr array), addressed by integer grid coordinates.  It hides how chunks
 are laid out on storage: one file per chunk, or many chunks per shard file.
-The slicing layer (``shardvol.indexing``) never knows which.
+The slicing layer (``shardvol.array.indexing``) never knows which.
 
 Writes happen in *units*: the pieces of storage that are replaced atomically
 (a chunk file, or a shard file holding many chunks).  Two writers that touch
@@ -17,7 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
-ChunkCoord = tuple[int, ...]
+from shardvol.array.grid import ChunkCoord
+
 Unit = Hashable
 ChunkRead = tuple[ChunkCoord, "bytes | memoryview | None", str]  # coord, encoded bytes, name
 

@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.chunkstore import ChunkCoord
+from shardvol.array.grid import ChunkCoord, ChunkGrid
 from shardvol.errors import InvalidArgumentError, OutOfBoundsError
-from shardvol.grid import ChunkGrid
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ piece); :meth:`flush` stores the rest and waits.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 
 from shardvol._parallel import default_parallel, run_parallel, submit
-from shardvol.chunkstore import ChunkCoord, ChunkStore, Unit
+from shardvol.array.chunkstore import ChunkCoord, ChunkStore, Unit
 
 
 class BufferedChunkStore(ChunkStore):
