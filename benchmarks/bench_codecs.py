@@ -25,7 +25,7 @@ import imagecodecs
 import numpy as np
 from _timing import best_of  # benchmarks/ is on sys.path when a script runs
 
-from shardvol.codecs import get_codec
+from shardvol.precomputed.codecs import get_codec
 
 FIB25 = (Path(__file__).resolve().parents[1] / "tests" / "data" / "testdata"
          / "google__neuroglancer__cseg_raw_input" / "64x64x64-raw-uint64-segmentation.dat")

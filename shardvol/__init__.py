@@ -15,7 +15,7 @@ from shardvol.kernels import (
 )
 from shardvol.kvstore import KVStore, open_store
 from shardvol.opener import open
-from shardvol.volume import Volume
+from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import ZarrArray
 
 __version__ = "0.1.0"

@@ -45,7 +45,7 @@ from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.executor import check_reachable, run_tasks
 from shardvol.kvstore import FileStore, KVStore, open_store
 from shardvol.opener import FORMATS, check_format, detect_format, split_format
-from shardvol.volume import Volume
+from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import ZarrArray
 from shardvol.zarr3 import create as create_zarr
 from shardvol.zarr3 import open as open_zarr

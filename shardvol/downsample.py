@@ -42,8 +42,8 @@ from shardvol.array.indexing import normalize_selection
 from shardvol.downsample_kernels import METHODS, downsample_pyramid
 from shardvol.errors import InvalidArgumentError
 from shardvol.executor import check_reachable, run_tasks
+from shardvol.precomputed.volume import Volume
 from shardvol.sharding import ShardingSpec, shard_shape
-from shardvol.volume import Volume
 
 Box = tuple[tuple[int, int, int], tuple[int, int, int]]  # (lo, hi), hi exclusive
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from shardvol.errors import InfoError, InvalidArgumentError
 from shardvol.kvstore import KVStore, open_store
-from shardvol.volume import INFO_KEY, Volume
+from shardvol.precomputed.volume import INFO_KEY, Volume
 from shardvol.zarr3 import ZARR_JSON, ZarrArray
 from shardvol.zarr3 import open as open_zarr
 

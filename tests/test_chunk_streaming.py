@@ -16,8 +16,8 @@ from shardvol.array.grid import ChunkGrid
 from shardvol.errors import ChunkDecodeError, MissingChunkError, ShardFormatError
 from shardvol.kvstore import MemoryStore
 from shardvol.kvstore.memory import clear_memory
-from shardvol.precomputed_store import UnshardedChunkStore, chunk_key
-from shardvol.sharded_store import ShardedChunkStore
+from shardvol.precomputed.sharded import ShardedChunkStore
+from shardvol.precomputed.unsharded import UnshardedChunkStore, chunk_key
 from shardvol.sharding import ShardingSpec, ShardReader, write_shards
 
 from .stores import Recording

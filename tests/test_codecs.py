@@ -11,19 +11,19 @@ import imagecodecs
 import numpy as np
 import pytest
 
-from shardvol.codecs import (
+from shardvol.errors import (
+    ChunkDecodeError,
+    ChunkEncodeError,
+    InvalidArgumentError,
+    UnsupportedCodecError,
+)
+from shardvol.precomputed.codecs import (
     CODECS,
     CompressedSegmentationCodec,
     JpegCodec,
     PngCodec,
     RawCodec,
     get_codec,
-)
-from shardvol.errors import (
-    ChunkDecodeError,
-    ChunkEncodeError,
-    InvalidArgumentError,
-    UnsupportedCodecError,
 )
 
 TESTDATA = Path(__file__).parent / "data" / "testdata"  # copies; see each SOURCE.txt

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from shardvol._reference import compressed_segmentation_decode as reference_decode
-from shardvol.codecs import get_codec
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError
+from shardvol.precomputed.codecs import get_codec
 
 TESTDATA = Path(__file__).parent / "data" / "testdata"  # copies; see each SOURCE.txt
 FIB25 = TESTDATA / "google__neuroglancer__cseg_raw_input" / "64x64x64-raw-uint64-segmentation.dat"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
-from shardvol.codecs import get_codec
+from shardvol.precomputed.codecs import get_codec
 
 FIB25 = (Path(__file__).parent / "data" / "testdata" / "google__neuroglancer__cseg_raw_input"
          / "64x64x64-raw-uint64-segmentation.dat")

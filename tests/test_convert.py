@@ -18,9 +18,10 @@ import pytest
 import tensorstore as ts
 
 import shardvol
-from shardvol import Volume, convert, sharded_store
+from shardvol import Volume, convert
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.kvstore import FileStore
+from shardvol.precomputed import sharded as sharded_store
 from shardvol.zarr3 import ZarrArray
 
 from .oracles import data_path, ts_create, ts_open, ts_read

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardvol.codecs import get_codec
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError
+from shardvol.precomputed.codecs import get_codec
 
 
 def blocky(shape, dtype, seed):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from shardvol.errors import InfoError
-from shardvol.info import VolumeInfo
+from shardvol.precomputed.info import VolumeInfo
 
 GOOD = {
     "@type": "neuroglancer_multiscale_volume",

@@ -21,8 +21,8 @@ from PIL import Image
 
 from shardvol import Volume
 from shardvol._ext import _jpeg
-from shardvol.codecs import get_codec
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError
+from shardvol.precomputed.codecs import get_codec
 
 from .oracles import ts_create, ts_open
 

@@ -1,4 +1,4 @@
-"""Raw chunk files read straight into the output (shardvol.raw_files, csrc/rawfile).
+"""Raw chunk files read straight into the output (shardvol.precomputed.raw_files, csrc/rawfile).
 
 TensorStore writes the volumes; every read is compared with the array it wrote.
 """
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from shardvol import Volume
 from shardvol._ext import rawfile
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError, MissingChunkError
-from shardvol.raw_files import RawFileReader
+from shardvol.precomputed.raw_files import RawFileReader
 from tests.oracles import ts_create
 
 

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardvol import Volume, sharded_store
+from shardvol import Volume
 from shardvol import _reference as reference
 from shardvol.array.grid import ChunkGrid
 from shardvol.kernels import compressed_morton_code
 from shardvol.kvstore import MemoryStore
-from shardvol.sharded_store import ShardedChunkStore
+from shardvol.precomputed import sharded as sharded_store
+from shardvol.precomputed.sharded import ShardedChunkStore
 from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
 from shardvol.sharding.auto import shard_shape_in_chunks
 

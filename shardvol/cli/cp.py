@@ -11,7 +11,7 @@ from typing import Any
 
 from shardvol.cli.common import command, note, positive_int, sharding_arg
 from shardvol.convert import copy
-from shardvol.info import ENCODINGS
+from shardvol.precomputed.info import ENCODINGS
 
 
 def register(subparsers: Any) -> None:

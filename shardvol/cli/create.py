@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from shardvol.cli.common import command, note, positive_int, sharding_arg
-from shardvol.info import DATA_TYPES, ENCODINGS, VOLUME_TYPES
-from shardvol.volume import Volume
+from shardvol.precomputed.info import DATA_TYPES, ENCODINGS, VOLUME_TYPES
+from shardvol.precomputed.volume import Volume
 
 
 def register(subparsers: Any) -> None:

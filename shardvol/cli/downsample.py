@@ -8,8 +8,8 @@ from typing import Any
 from shardvol.cli.common import command, note, positive_int, sharding_arg
 from shardvol.downsample import downsample
 from shardvol.downsample_kernels import METHODS
-from shardvol.info import ENCODINGS
-from shardvol.volume import Volume
+from shardvol.precomputed.info import ENCODINGS
+from shardvol.precomputed.volume import Volume
 
 
 def register(subparsers: Any) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 from shardvol.cli.common import command, human_bytes
 from shardvol.errors import InfoError, StoreError
 from shardvol.kvstore import KVStore, PrefixStore, open_store, url_scheme
+from shardvol.precomputed.volume import INFO_KEY, read_info
 from shardvol.sharding import ShardingSpec, shard_shape
-from shardvol.volume import INFO_KEY, read_info
 from shardvol.zarr3 import ZARR_JSON, ArrayMetadata
 
 SHARD_SUFFIX = ".shard"

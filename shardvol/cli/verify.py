@@ -19,7 +19,7 @@ from shardvol.errors import InvalidArgumentError, ShardvolError
 from shardvol.kvstore import url_scheme
 from shardvol.opener import open as open_any
 from shardvol.opener import split_format
-from shardvol.volume import Volume
+from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import ZarrArray
 
 Region = tuple[slice, ...]

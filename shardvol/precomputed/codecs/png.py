@@ -1,5 +1,5 @@
 """png: uint8/uint16 chunks with 1 to 4 channels as one PNG image (libpng via
-imagecodecs), laid out as in :mod:`shardvol.codecs._image`."""
+imagecodecs), laid out as in :mod:`shardvol.precomputed.codecs._image`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import operator
 import imagecodecs
 import numpy as np
 
-from shardvol.codecs._image import decode_image, encode_image, png_size
-from shardvol.codecs.base import Codec, Shape4
 from shardvol.errors import InvalidArgumentError
+from shardvol.precomputed.codecs._image import decode_image, encode_image, png_size
+from shardvol.precomputed.codecs.base import Codec, Shape4
 
 
 class PngCodec(Codec):

@@ -10,12 +10,12 @@ Example::
 
 from __future__ import annotations
 
-from shardvol.codecs.base import Codec
-from shardvol.codecs.cseg import CompressedSegmentationCodec
-from shardvol.codecs.jpeg import DEFAULT_JPEG_QUALITY, JpegCodec
-from shardvol.codecs.png import PngCodec
-from shardvol.codecs.raw import RawCodec
 from shardvol.errors import UnsupportedCodecError
+from shardvol.precomputed.codecs.base import Codec
+from shardvol.precomputed.codecs.cseg import CompressedSegmentationCodec
+from shardvol.precomputed.codecs.jpeg import DEFAULT_JPEG_QUALITY, JpegCodec
+from shardvol.precomputed.codecs.png import PngCodec
+from shardvol.precomputed.codecs.raw import RawCodec
 
 CODECS: dict[str, type[Codec]] = {
     cls.encoding: cls for cls in (RawCodec, CompressedSegmentationCodec, JpegCodec, PngCodec)

@@ -21,14 +21,14 @@ from shardvol.array.engine import ChunkedArray
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import AxisSelection, ChunkPart, chunk_parts, normalize_selection
 from shardvol.array.values import cast_scalar
-from shardvol.codecs import get_codec
 from shardvol.compression import DEFAULT_LEVEL, check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
-from shardvol.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
 from shardvol.kvstore import KVStore, PrefixStore, open_store
-from shardvol.precomputed_store import UnshardedChunkStore, chunk_key
-from shardvol.raw_files import RawFileReader
-from shardvol.sharded_store import ShardedChunkStore
+from shardvol.precomputed.codecs import get_codec
+from shardvol.precomputed.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
+from shardvol.precomputed.raw_files import RawFileReader
+from shardvol.precomputed.sharded import ShardedChunkStore
+from shardvol.precomputed.unsharded import UnshardedChunkStore, chunk_key
 from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
 
 INFO_KEY = "info"

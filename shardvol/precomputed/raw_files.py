@@ -20,9 +20,9 @@ import numpy as np
 from shardvol._ext import rawfile
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import ChunkPart
-from shardvol.codecs.base import Codec
 from shardvol.kvstore import KVStore
-from shardvol.precomputed_store import chunk_key
+from shardvol.precomputed.codecs.base import Codec
+from shardvol.precomputed.unsharded import chunk_key
 
 
 class RawFileReader:

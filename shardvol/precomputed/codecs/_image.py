@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from shardvol.codecs.base import Shape4, deliver
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError
+from shardvol.precomputed.codecs.base import Shape4, deliver
 
 
 def to_image(array: np.ndarray) -> np.ndarray:

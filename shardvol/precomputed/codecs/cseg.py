@@ -8,8 +8,8 @@ import operator
 import numpy as np
 
 from shardvol._ext import cseg as _cseg
-from shardvol.codecs.base import Codec, Shape4, fortran_empty
 from shardvol.errors import InvalidArgumentError
+from shardvol.precomputed.codecs.base import Codec, Shape4, fortran_empty
 
 LABEL_DTYPES = frozenset((np.dtype(np.uint32), np.dtype(np.uint64)))
 

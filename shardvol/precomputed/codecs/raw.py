@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from shardvol.codecs.base import Codec, Shape4
 from shardvol.compression import gzip_decompress, is_gzip
 from shardvol.errors import ChunkDecodeError
+from shardvol.precomputed.codecs.base import Codec, Shape4
 
 RAW_DTYPES = frozenset(
     np.dtype(t)

@@ -1,5 +1,5 @@
 """jpeg: uint8 chunks with 1 or 3 channels as one JPEG image, laid out as in
-:mod:`shardvol.codecs._image`.  Encoded with libjpeg-turbo via imagecodecs; decoded
+:mod:`shardvol.precomputed.codecs._image`.  Encoded with libjpeg-turbo via imagecodecs; decoded
 by csrc/jpeg.c over the system libjpeg, straight into the output and only as far as
 a box needs."""
 
@@ -11,9 +11,9 @@ import imagecodecs
 import numpy as np
 
 from shardvol._ext import _jpeg
-from shardvol.codecs._image import check_image_size, encode_image, jpeg_size
-from shardvol.codecs.base import Codec, Shape4, fortran_empty
 from shardvol.errors import InvalidArgumentError
+from shardvol.precomputed.codecs._image import check_image_size, encode_image, jpeg_size
+from shardvol.precomputed.codecs.base import Codec, Shape4, fortran_empty
 
 #: TensorStore's default; it also writes this value into the info file.
 DEFAULT_JPEG_QUALITY = 75
