@@ -20,7 +20,7 @@ import time
 import numpy as np
 import tensorstore as ts
 
-from shardvol.downsample_kernels import downsample_pyramid
+from shardvol.ops.pooling import downsample_pyramid
 
 try:
     import tinybrain

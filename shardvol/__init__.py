@@ -4,9 +4,8 @@ The public API is re-exported here; see README.md for a tour.
 """
 
 from shardvol import errors, zarr3
-from shardvol.convert import copy
-from shardvol.downsample import downsample
 from shardvol.errors import ShardvolError
+from shardvol.formats import open
 from shardvol.kernels import (
     compressed_morton_code,
     decode_morton_code,
@@ -14,7 +13,8 @@ from shardvol.kernels import (
     murmurhash3_x86_128_u64,
 )
 from shardvol.kvstore import KVStore, open_store
-from shardvol.opener import open
+from shardvol.ops.convert import copy
+from shardvol.ops.downsample import downsample
 from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import ZarrArray
 

@@ -18,9 +18,10 @@ import pytest
 import tensorstore as ts
 
 import shardvol
-from shardvol import Volume, convert
+from shardvol import Volume
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.kvstore import FileStore
+from shardvol.ops import convert
 from shardvol.precomputed import sharded as sharded_store
 from shardvol.zarr3 import ZarrArray
 

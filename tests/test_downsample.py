@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import shardvol
 from shardvol import Volume, _reference
-from shardvol.downsample import Scale, parse_bytes, plan
 from shardvol.errors import AlreadyExistsError, InvalidArgumentError
+from shardvol.ops.downsample import Scale, parse_bytes, plan
 
 from .oracles import cv_read, ts_open
 
@@ -241,7 +241,7 @@ def test_plan_owns_whole_units_and_respects_memory(tmp_path):
 def test_no_slab_pools_a_mip_from_its_whole_task(tmp_path):
     # a coarse mip too small to cut into the slabs the memory limit asks for goes to a later
     # stage (it used to make one slab read the task's whole source: 128 MiB at a 100 MB limit)
-    from shardvol.downsample import _nbytes, _slab_boxes, _source_box, add_scales
+    from shardvol.ops.downsample import _nbytes, _slab_boxes, _source_box, add_scales
 
     vol = Volume.create(str(tmp_path), size=(512, 512, 512), chunk_size=(64, 64, 64))
     targets = add_scales(vol, (2, 2, 2), 3, encoding=None, chunk_size=None, sharding=None,

@@ -19,14 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardvol import _reference
-from shardvol.downsample_kernels import (
+from shardvol.errors import InvalidArgumentError
+from shardvol.ops.pooling import (
     DTYPES,
     METHODS,
     downsample_pyramid,
     downsampled_shape,
     pool,
 )
-from shardvol.errors import InvalidArgumentError
 
 FACTORS = [(2, 2, 1), (2, 2, 2), (3, 1, 2), (1, 1, 1), (3, 3, 3), (4, 2, 1), (1, 5, 2)]
 PYRAMID_FACTORS = [(2, 2, 1), (2, 2, 2), (3, 1, 2), (1, 2, 3)]

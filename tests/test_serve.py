@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from shardvol import Volume
-from shardvol.serve import VolumeServer, find_volumes, parse_range, resolve, source_url
+from shardvol.ops.serve import VolumeServer, find_volumes, parse_range, resolve, source_url
 
 SECRET = b"top secret: outside the served tree"
 SIZE = 10_000
@@ -381,7 +381,7 @@ def test_find_volumes(tmp_path):
 
 def test_a_file_cut_short_while_sent_ends_the_connection(tmp_path, monkeypatch):
     # the body is then shorter than its Content-Length: the connection must not carry on
-    from shardvol import serve
+    from shardvol.ops import serve
 
     (tmp_path / "big.bin").write_bytes(b"A" * 1000)
     (tmp_path / "small.bin").write_bytes(b"B" * 10)

@@ -1,7 +1,7 @@
 """Pooling of (x, y, z, channel) arrays by integer factors (GIL released).
 
 Thin wrapper of csrc/downsample.h; argument normalisation lives in
-shardvol.downsample_kernels.
+shardvol.ops.pooling.
 """
 import numpy as np
 cimport numpy as cnp

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from shardvol.cli.common import command, note, positive_int, sharding_arg
-from shardvol.convert import copy
+from shardvol.ops.convert import copy
 from shardvol.precomputed.info import ENCODINGS
 
 

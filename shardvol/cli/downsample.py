@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from shardvol.cli.common import command, note, positive_int, sharding_arg
-from shardvol.downsample import downsample
-from shardvol.downsample_kernels import METHODS
+from shardvol.ops.downsample import downsample
+from shardvol.ops.pooling import METHODS
 from shardvol.precomputed.info import ENCODINGS
 from shardvol.precomputed.volume import Volume
 

@@ -13,7 +13,7 @@ import signal
 from typing import Any
 
 from shardvol.cli.common import command, port
-from shardvol.serve import serve
+from shardvol.ops.serve import serve
 
 
 def register(subparsers: Any) -> None:

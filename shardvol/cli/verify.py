@@ -16,9 +16,9 @@ import numpy as np
 
 from shardvol.cli.common import command, note, positive_int, progress
 from shardvol.errors import InvalidArgumentError, ShardvolError
+from shardvol.formats import open as open_any
+from shardvol.formats import split_format
 from shardvol.kvstore import url_scheme
-from shardvol.opener import open as open_any
-from shardvol.opener import split_format
 from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import ZarrArray
 

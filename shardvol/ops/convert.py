@@ -22,7 +22,7 @@ chunks, precomputed shard files or chunk files), grouped up to about
 :data:`TASK_BYTES` of voxels: a task reads the source region its units
 cover, then writes them whole, so no two tasks write the same file and memory
 stays bounded by the tasks running at once.  Tasks are small picklable
-descriptions run by :func:`shardvol.executor.run_tasks` on any executor.
+descriptions run by :func:`shardvol.ops.tasks.run_tasks` on any executor.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ import numpy as np
 
 from shardvol.compression import check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
-from shardvol.executor import check_reachable, run_tasks
+from shardvol.formats import FORMATS, check_format, detect_format, split_format
 from shardvol.kvstore import FileStore, KVStore, open_store
-from shardvol.opener import FORMATS, check_format, detect_format, split_format
+from shardvol.ops.tasks import check_reachable, run_tasks
 from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import ZarrArray
 from shardvol.zarr3 import create as create_zarr
@@ -464,7 +464,7 @@ def copy(
     _, src_rest = split_format(src)
     src_format = detect_format(src)
     if src_format is None:
-        from shardvol.opener import open as open_any
+        from shardvol.formats import open as open_any
 
         open_any(src)  # raises InfoError naming what was looked for
     existing = detect_format(dst)

@@ -39,9 +39,9 @@ import numpy as np
 from shardvol._parallel import default_parallel
 from shardvol.array.buffered import BufferedChunkStore
 from shardvol.array.indexing import normalize_selection
-from shardvol.downsample_kernels import METHODS, downsample_pyramid
 from shardvol.errors import InvalidArgumentError
-from shardvol.executor import check_reachable, run_tasks
+from shardvol.ops.pooling import METHODS, downsample_pyramid
+from shardvol.ops.tasks import check_reachable, run_tasks
 from shardvol.precomputed.volume import Volume
 from shardvol.sharding import ShardingSpec, shard_shape
 

@@ -1,0 +1,7 @@
+"""Operations over whole volumes and arrays, built on the formats.
+
+``downsample`` (new scales of a precomputed volume, shard-aligned tasks), ``pooling``
+(the mean and mode kernels it runs), ``convert`` (``copy`` between formats, re-chunking
+and re-encoding), ``tasks`` (running planned tasks on any Executor) and ``serve`` (an HTTP
+server of a directory of volumes for Neuroglancer).
+"""
