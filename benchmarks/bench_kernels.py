@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 from _timing import best_of  # benchmarks/ is on sys.path when a script runs
-
-from shardvol.kernels import compressed_morton_code, murmurhash3_x86_128_u64
+from shardvol._ext.hashing import murmurhash3_x86_128_u64
+from shardvol._ext.morton import compressed_morton_code
 
 
 def report(name: str, n: int, ours: float, peers: dict[str, float]) -> None:

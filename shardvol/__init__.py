@@ -1,17 +1,14 @@
 """shardvol: Neuroglancer precomputed volumes (sharded or not) and Zarr v3 sharded arrays.
 
-The public API is re-exported here; see README.md for a tour.
+What users type is here: :class:`Volume`, :class:`ZarrArray`, :func:`open`,
+:func:`downsample`, :func:`copy`, the ``zarr3`` and ``sharding`` packages, ``errors``.
+The kernels stay in their modules (``shardvol._ext.morton``, ``shardvol._ext.hashing``,
+``shardvol.ops.pooling``).  See README.md for a tour and the package layout.
 """
 
-from shardvol import errors, zarr3
+from shardvol import errors, sharding, zarr3
 from shardvol.errors import ShardvolError
 from shardvol.formats import open
-from shardvol.kernels import (
-    compressed_morton_code,
-    decode_morton_code,
-    morton_bits,
-    murmurhash3_x86_128_u64,
-)
 from shardvol.kvstore import KVStore, open_store
 from shardvol.ops.convert import copy
 from shardvol.ops.downsample import downsample
@@ -26,14 +23,11 @@ __all__ = [
     "Volume",
     "ZarrArray",
     "__version__",
-    "compressed_morton_code",
     "copy",
-    "decode_morton_code",
     "downsample",
     "errors",
-    "morton_bits",
-    "murmurhash3_x86_128_u64",
     "open",
     "open_store",
+    "sharding",
     "zarr3",
 ]

@@ -38,7 +38,7 @@ from shardvol.sharding import (
     update_shard,
     write_shards,
 )
-from shardvol.sharding.index import decode_minishard_indexes, decode_shard_index
+from shardvol.sharding.format import decode_minishard_indexes, decode_shard_index
 
 from .stores import Recording
 
@@ -274,7 +274,7 @@ def test_synthesize_is_deterministic():
     spec = spec_of(minishard_bits=3, data_encoding="gzip", minishard_index_encoding="gzip")
     data = random_data(random.Random(1), 200)
     shuffled = dict(random.Random(2).sample(sorted(data.items()), len(data)))
-    assert spec.synthesize_shard(data) == synthesize_shards(spec, shuffled)
+    assert synthesize_shards(spec, data) == synthesize_shards(spec, shuffled)
 
 
 def test_keys_sorted_within_minishards():

@@ -13,11 +13,11 @@ from functools import cached_property
 
 import numpy as np
 
+from shardvol._ext.morton import compressed_morton_code, decode_morton_code
 from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore
 from shardvol.array.grid import ChunkGrid
 from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import InvalidArgumentError
-from shardvol.kernels import compressed_morton_code, decode_morton_code
 from shardvol.kvstore import KVStore
 from shardvol.sharding import ShardingSpec, ShardReader, encode_shard, rewrite_shard
 from shardvol.sharding.auto import shard_shape_in_chunks

@@ -11,7 +11,7 @@ Example::
 """
 
 from shardvol.sharding.auto import auto_sharding, shard_shape
-from shardvol.sharding.index import (
+from shardvol.sharding.format import (
     decode_minishard_index,
     decode_shard_index,
     disassemble_shard,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shardvol.kernels import morton_bits
+from shardvol._ext.morton import morton_bits
 from shardvol.sharding.spec import ShardingSpec
 
 TARGET_SHARD_BYTES = 512 * 2**20

@@ -28,7 +28,8 @@ from shardvol.errors import (
     WriteConflictError,
 )
 from shardvol.kvstore import KVStore, open_store
-from shardvol.sharding.index import (
+from shardvol.kvstore.lru import LRU
+from shardvol.sharding.format import (
     EMPTY_MINISHARD,
     MinishardIndex,
     check_minishard_ranges,
@@ -39,7 +40,6 @@ from shardvol.sharding.index import (
     run_bounds,
     run_starts,
 )
-from shardvol.sharding.lru import LRU
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
 # Default gaps between byte ranges read as one request: about the bytes a local

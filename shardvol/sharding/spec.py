@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from shardvol._ext.hashing import murmurhash3_x86_128_u64
 from shardvol.errors import InfoError, InvalidArgumentError
-from shardvol.kernels import murmurhash3_x86_128_u64
 
 SHARDING_TYPE = "neuroglancer_uint64_sharded_v1"
 HASHES = ("identity", "murmurhash3_x86_128")
@@ -179,12 +179,6 @@ class ShardingSpec:
         if len(shard) != 1:
             raise InvalidArgumentError(f"filename() takes one key, got {len(shard)}")
         return self.shard_filename(int(shard[0]))
-
-    def synthesize_shard(self, data: dict[int, bytes]) -> dict[str, bytes]:
-        """Every shard file for ``data`` (``{key: value}``), as ``{filename: bytes}``."""
-        from shardvol.sharding.writer import synthesize_shards
-
-        return synthesize_shards(self, data)
 
 
 @functools.lru_cache(maxsize=4096)  # every read names the shard files of its keys

@@ -19,7 +19,7 @@ from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import ShardFormatError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import io_pool
-from shardvol.sharding.index import (
+from shardvol.sharding.format import (
     assemble_shard,
     encode_values,
     run_bounds,

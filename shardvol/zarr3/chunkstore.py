@@ -32,7 +32,7 @@ from shardvol.errors import (
 )
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import Request
-from shardvol.sharding.lru import LRU
+from shardvol.kvstore.lru import LRU
 from shardvol.zarr3.codecs import CodecChain
 from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata
 from shardvol.zarr3.sharding import EMPTY, ShardIndex

@@ -233,7 +233,7 @@ def encode_shard(
     if len(shards) and shards[0] != shards[-1]:
         raise InvalidArgumentError(
             f"encode_shard: keys belong to several shards ({spec.shard_filename(int(shards[0]))}"
-            f", {spec.shard_filename(int(shards[-1]))}, ...); use synthesize_shard"
+            f", {spec.shard_filename(int(shards[-1]))}, ...); use synthesize_shards"
         )
     values = list(entries.values())
     blobs = encode_values(spec, [values[i] for i in order.tolist()], level)
