@@ -97,11 +97,11 @@ class Floors:
 
         def share(i: int) -> None:
             mine = parts[i::THREADS]
-            if arr.direct is not None:  # raw chunk files: read the boxes straight into out
-                mine = arr.direct.read_into(mine, out)
+            if arr.box_reader is not None:  # raw chunk files: read the boxes straight into out
+                mine = arr.box_reader.read_into(mine, out)
             for p in mine:
                 blob, name = self.stored[p.coord]
-                arr._decode_part(p, arr.store.unwrap(blob, name), name, out)
+                arr._decode_part(p, arr.store.decode_stored(blob, name), name, out)
 
         run_parallel(share, range(THREADS), THREADS)
 

@@ -1,4 +1,4 @@
-"""Codec.decode_region: decoding a box of a chunk equals slicing the whole decoded chunk
+"""ChunkEncoding.decode_region: decoding a box of a chunk equals slicing the whole decoded chunk
 (the compressed_segmentation package, numpy and the codecs' own full decode as oracles),
 into fresh arrays and strided views, with every header still checked."""
 

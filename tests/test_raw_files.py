@@ -56,7 +56,7 @@ def test_random_boxes_match_tensorstore_data(tmp_path_factory, dtype, channels, 
     rng = np.random.default_rng(seed)
     data = _random((*shape, channels), dtype, rng)
     vol = _ts_volume(tmp_path_factory.mktemp("v"), data, offset, chunk)
-    assert vol.chunked_array.direct is not None
+    assert vol.chunked_array.box_reader is not None
     for _ in range(6):
         lo = [int(rng.integers(0, n)) for n in shape]
         hi = [int(rng.integers(a + 1, n + 1)) for a, n in zip(lo, shape)]
@@ -126,25 +126,25 @@ def test_a_chunk_size_no_file_can_have_goes_the_generic_way(tmp_path):
 
 def test_reader_only_for_local_raw_unsharded(tmp_path):
     data = np.zeros((8, 8, 8, 1), dtype=np.uint8)
-    assert _ts_volume(tmp_path / "a", data, (0, 0, 0), (4, 4, 4)).chunked_array.direct
+    assert _ts_volume(tmp_path / "a", data, (0, 0, 0), (4, 4, 4)).chunked_array.box_reader
     mem = Volume.create("memory://raw-files-test", size=[8, 8, 8], data_type="uint8",
                         chunk_size=[4, 4, 4])
-    assert mem.chunked_array.direct is None
+    assert mem.chunked_array.box_reader is None
     sharded = Volume.create(str(tmp_path / "b"), size=[8, 8, 8], data_type="uint8",
                             chunk_size=[4, 4, 4], sharding="auto")
-    assert sharded.chunked_array.direct is None
+    assert sharded.chunked_array.box_reader is None
     cseg = Volume.create(str(tmp_path / "c"), size=[8, 8, 8], data_type="uint32",
                          chunk_size=[4, 4, 4], type="segmentation",
                          encoding="compressed_segmentation",
                          compressed_segmentation_block_size=[4, 4, 4])
-    assert cseg.chunked_array.direct is None
+    assert cseg.chunked_array.box_reader is None
 
 
 def test_read_into_returns_what_it_did_not_read(tmp_path):
     data = np.arange(8 * 8 * 8, dtype=np.uint8).reshape((8, 8, 8, 1), order="F")
     vol = _ts_volume(tmp_path, data, (0, 0, 0), (4, 4, 8))
     os.remove(tmp_path / vol.scale.key / "4-8_4-8_0-8")
-    reader = vol.chunked_array.direct
+    reader = vol.chunked_array.box_reader
     assert isinstance(reader, RawFileReader)
     from shardvol.array.indexing import chunk_parts, normalize_selection
 

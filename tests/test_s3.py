@@ -342,7 +342,7 @@ def test_zarr3_cached_shard_index_never_serves_a_rewritten_shard(bucket):
     arr[:8] = data[:8]
     ours = z.open(FsspecStore(url))
     assert np.array_equal(ours[0:4, 0:4], data[0:4, 0:4])
-    assert len(ours.store.shard_index_cache) == 1
+    assert len(ours.chunk_store.shard_index_cache) == 1
     theirs = z.open(FsspecStore(url))
     theirs[12:16, 12:16] = 9
     data[12:16, 12:16] = 9

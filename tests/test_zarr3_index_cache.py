@@ -50,7 +50,7 @@ def test_a_cached_index_saves_its_read(url):
     store.calls.clear()
     arr[4:8, 8:16]
     assert len(store.requests()) == 1  # the data only
-    assert len(arr.store.shard_index_cache) == 1
+    assert len(arr.chunk_store.shard_index_cache) == 1
 
 
 @pytest.mark.parametrize("cache_size", [0, 512])
@@ -72,7 +72,7 @@ def test_other_writer_rewrites_extends_and_deletes_a_cached_shard(url, cache_siz
 
     theirs[...] = 0  # every chunk fill: the shard is deleted
     assert (ours[0:8, 0:8] == 0).all()
-    assert not ours.store.exists([(0, 0)])[(0, 0)]
+    assert not ours.chunk_store.exists([(0, 0)])[(0, 0)]
 
 
 def test_a_shard_damaged_after_its_index_was_cached_is_a_format_error(url):

@@ -47,13 +47,13 @@ class ChunkStore(ABC):
             yield c, data.get(c), self.describe(c)
 
     def iter_stored(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
-        """Like :meth:`iter_chunks`, but values as stored, left for :meth:`unwrap` to turn
+        """Like :meth:`iter_chunks`, but values as stored, left for :meth:`decode_stored` to turn
         into encoded chunks (on any thread: stores whose values are compressed as a
         whole, such as gzip-encoded shard data, decompress them there).  Each value
         stays valid while the caller holds it."""
         return self.iter_chunks(coords)
 
-    def unwrap(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
+    def decode_stored(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
         """The encoded chunk in a value from :meth:`iter_stored` (``name`` from there)."""
         return stored
 

@@ -4,7 +4,7 @@ Reads: selection -> chunk parts -> batches (grouped by storage unit) -> each
 batch streamed by one ``iter_chunks`` call, in parallel threads, every chunk
 decoded as it arrives, straight into the output (only the selected box of a
 partially selected chunk, when the codec can).  Small reads are fetched in one
-go and then decoded in parallel; a ``direct`` reader (raw chunk files) takes
+go and then decoded in parallel; a ``box_reader`` (raw chunk files) takes
 what it can before either.
 
 Writes: storage units (chunk files or shards) are written concurrently, each
@@ -70,7 +70,7 @@ class RegionCodec(ChunkCodec, Protocol):
     ) -> np.ndarray: ...
 
 
-class DirectReader(Protocol):
+class BoxReader(Protocol):
     """Reads some chunks' selected boxes straight into the output, faster than
     fetching and decoding them one by one (raw chunk files, say)."""
 
@@ -86,7 +86,7 @@ class ChunkedArray:
     ``padded_chunks``: encoded chunks always have the full chunk shape (Zarr)
     rather than being clipped at the domain's end (precomputed).
     ``skip_fill_chunks``: chunks equal to the fill value are deleted, not stored.
-    ``direct``: reads what it can of each batch before the generic fetch and decode.
+    ``box_reader``: reads what it can of each batch before the generic fetch and decode.
     """
 
     grid: ChunkGrid
@@ -99,7 +99,7 @@ class ChunkedArray:
     skip_fill_chunks: bool = False
     fill_missing: bool = True
     parallel: int = 0
-    direct: DirectReader | None = None
+    box_reader: BoxReader | None = None
     _read_work: WorkEstimate = field(
         default_factory=WorkEstimate, init=False, repr=False, compare=False
     )
@@ -140,7 +140,7 @@ class ChunkedArray:
         Reads expected to take less than half a millisecond (from the time chunks
         of this array took so far) run in the caller's thread only.  Reads of a few
         chunks are fetched first and then decoded in parallel (see _fetch_then_decode),
-        unless the chunks are copied straight from their files (``direct``).
+        unless the chunks are copied straight from their files (``box_reader``).
         """
         by_coord = {p.coord: p for p in parts}
         threads = self._read_work.threads(len(by_coord), self._threads())
@@ -148,7 +148,7 @@ class ChunkedArray:
         n = len(by_coord)
         if (
             threads > 1
-            and self.direct is None  # direct reads release the GIL: batches in parallel
+            and self.box_reader is None  # direct reads release the GIL: batches in parallel
             and n <= _FETCH_FIRST_CHUNKS
             and n * chunk_bytes <= _FETCH_FIRST_BYTES
         ):
@@ -158,8 +158,9 @@ class ChunkedArray:
         def fetch_and_decode(batch: list[ChunkCoord]) -> None:
             start = time.perf_counter()
             rest = batch
-            if self.direct is not None:
-                rest = [p.coord for p in self.direct.read_into([by_coord[c] for c in batch], out)]
+            if self.box_reader is not None:
+                parts = [by_coord[c] for c in batch]
+                rest = [p.coord for p in self.box_reader.read_into(parts, out)]
             for coord, blob, name in self.store.iter_chunks(rest):
                 self._decode_part(by_coord[coord], blob, name, out)
             self._read_work.record(time.perf_counter() - start, len(batch))
@@ -184,7 +185,7 @@ class ChunkedArray:
             t = time.perf_counter()
             coord, blob, name = item
             if blob is not None:
-                blob = self.store.unwrap(blob, name)
+                blob = self.store.decode_stored(blob, name)
             self._decode_part(by_coord[coord], blob, name, out)
             spent.append(time.perf_counter() - t)
 

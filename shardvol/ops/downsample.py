@@ -195,8 +195,8 @@ def run_task(task: Task) -> int:
         if all(a < b for a, b in zip(*r))
     ):
         return 0
-    arrays = [replace(v.chunked_array, store=BufferedChunkStore(v.chunked_array.store))
-              for v in outs]
+    buffers = [BufferedChunkStore(v.chunk_store) for v in outs]
+    arrays = [replace(v.chunked_array, store=b) for v, b in zip(outs, buffers)]
     written = 0
     for pieces in _slab_boxes(task):
         box = _source_box(pieces, task.factor, src.bounds)
@@ -212,8 +212,8 @@ def run_task(task: Task) -> int:
             sel = normalize_selection(_slices(piece), arr.grid.origin, arr.grid.shape)
             arr.write(sel, pooled[local])
             written += _nbytes(piece, 1)
-    for arr in arrays:
-        arr.store.flush()  # type: ignore[attr-defined]
+    for buffer in buffers:
+        buffer.flush()
     return written
 
 

@@ -21,7 +21,7 @@ from shardvol._ext import rawfile
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import ChunkPart
 from shardvol.kvstore import KVStore
-from shardvol.precomputed.codecs.base import Codec
+from shardvol.precomputed.codecs.base import ChunkEncoding
 from shardvol.precomputed.unsharded import chunk_key
 
 
@@ -33,7 +33,7 @@ class RawFileReader:
         self.grid = grid
 
     @classmethod
-    def for_scale(cls, kv: KVStore, grid: ChunkGrid, codec: Codec) -> RawFileReader | None:
+    def for_scale(cls, kv: KVStore, grid: ChunkGrid, codec: ChunkEncoding) -> RawFileReader | None:
         """A reader if the scale's chunks are raw voxels in local files this host can
         copy as they are (little-endian, or single bytes); else None."""
         if codec.encoding != "raw" or (sys.byteorder != "little" and codec.dtype.itemsize > 1):

@@ -74,7 +74,7 @@ class ShardedChunkStore(ChunkStore):
     def iter_stored(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
         return self._iter(coords, decode=False)
 
-    def unwrap(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
+    def decode_stored(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
         return self.reader.decode_value(stored, name)
 
     def _iter(self, coords: Sequence[ChunkCoord], decode: bool) -> Iterator[ChunkRead]:

@@ -121,7 +121,7 @@ class Volume:
             fill_value=_fill_value(self._options["fill_value"], meta.dtype, self.url),
             fill_missing=self._options["fill_missing"],
             parallel=int(self._options["parallel"] or 0),
-            direct=RawFileReader.for_scale(kv, grid, codec) if self._spec is None else None,
+            box_reader=RawFileReader.for_scale(kv, grid, codec) if self._spec is None else None,
         )
 
     # ---------------------------------------------------------------- metadata
@@ -216,6 +216,11 @@ class Volume:
     def compress_level(self) -> int:
         """gzip level of the chunks written to shards with gzip data encoding."""
         return self._options["compress_level"]
+
+    @property
+    def chunk_store(self) -> ChunkStore:
+        """The chunk store of this scale (sharded or one file per chunk)."""
+        return self._array.store
 
     @property
     def chunked_array(self) -> ChunkedArray:

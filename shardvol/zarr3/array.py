@@ -68,12 +68,22 @@ class ZarrArray:
 
     @property
     def url(self) -> str:
-        return self._store.store.url
+        return self._store.kv.url
 
     @property
-    def store(self) -> ZarrChunkStore:
+    def store(self) -> KVStore:
+        """The key-value store holding the array (its ``zarr.json``, chunks and shards)."""
+        return self._store.kv
+
+    @property
+    def chunk_store(self) -> ZarrChunkStore:
         """The chunk store (encoded chunks by grid coordinate)."""
         return self._store
+
+    @property
+    def chunked_array(self) -> ChunkedArray:
+        """The chunk engine behind this array (its grid, chunk store and codec)."""
+        return self._array
 
     @property
     def mode(self) -> str:
@@ -125,7 +135,7 @@ class ZarrArray:
     def update_attributes(self, new: Mapping[str, JSON]) -> None:
         """Merge ``new`` into the attributes and rewrite ``zarr.json`` (under its lock)."""
         self._writable(ZARR_JSON)
-        kv = self._store.store
+        kv = self._store.kv
         with kv.lock(ZARR_JSON):
             doc = kv.get(ZARR_JSON)
             meta = ArrayMetadata.from_json(doc, f"{self.url}/{ZARR_JSON}") if doc else self.metadata

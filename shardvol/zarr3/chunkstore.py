@@ -63,7 +63,7 @@ class ZarrChunkStore(ChunkStore):
         coalesce_gap: int = DEFAULT_COALESCE_GAP,
         shard_index_cache_size: int = DEFAULT_INDEX_CACHE_SIZE,
     ) -> None:
-        self.store = store
+        self.kv = store
         self.metadata = metadata
         self.coalesce_gap = coalesce_gap
         sharding = metadata.sharding
@@ -172,7 +172,7 @@ class ZarrChunkStore(ChunkStore):
         groups = self.units(coords)
         if self.layout is None:
             keys = list(groups)
-            values = self._get_many(self.store.get_many, keys)
+            values = self._get_many(self.kv.get_many, keys)
             return {groups[k][0]: v for k, v in zip(keys, values) if v is not None}
         return self._read_sharded_stable(groups)
 
@@ -180,7 +180,7 @@ class ZarrChunkStore(ChunkStore):
         """Whether each chunk is stored; sharded arrays read only the shard indexes."""
         groups = self.units(coords)
         if self.layout is None:
-            present = {k: self.store.exists(k) for k in groups}
+            present = {k: self.kv.exists(k) for k in groups}
             return {c: present[k] for k, members in groups.items() for c in members}
         stored = self._read_sharded_stable(groups, want_data=False)
         return {tuple(int(x) for x in c): tuple(int(x) for x in c) in stored for c in coords}
@@ -201,14 +201,14 @@ class ZarrChunkStore(ChunkStore):
                 self.shard_index_cache.discard(e.key)
             except ShardFormatError:  # e.g. an offset past the end of a shorter new file
                 stale = [
-                    k for k, v in versions.items() if k in cached or not self.store.still_at(k, v)
+                    k for k, v in versions.items() if k in cached or not self.kv.still_at(k, v)
                 ]
                 if not stale:
                     raise
                 for key in stale:
                     self.shard_index_cache.discard(key)
         raise WriteConflictError(
-            f"{self.store.url}: shards {', '.join(sorted(groups)[:4])} kept changing while "
+            f"{self.kv.url}: shards {', '.join(sorted(groups)[:4])} kept changing while "
             f"being read ({_ATTEMPTS} attempts)"
         )
 
@@ -240,7 +240,7 @@ class ZarrChunkStore(ChunkStore):
         requests = [k if k in whole else (k, layout.index_byte_range()) for k in fetch]
         first: dict[str, bytes] = {}
         for key, (data, version) in zip(
-            fetch, self._get_many(self.store.get_many_versioned, requests)
+            fetch, self._get_many(self.kv.get_many_versioned, requests)
         ):
             if data is None:
                 continue
@@ -266,7 +266,7 @@ class ZarrChunkStore(ChunkStore):
             for span, members in self._coalesce(index, wanted[key]):
                 second.append((key, span, members))
         values = self._get_many(
-            self.store.get_many_if, [(key, span) for key, span, _ in second], versions
+            self.kv.get_many_if, [(key, span) for key, span, _ in second], versions
         )
         for (key, (start, stop), members), data in zip(second, values):
             if data is None:  # the shard was deleted since its index was read
@@ -292,7 +292,7 @@ class ZarrChunkStore(ChunkStore):
             return None
         if will_read and (entry.index.offsets[list(wanted.values())] != EMPTY).any():
             return entry
-        now = self.store.version(key)
+        now = self.kv.version(key)
         if now == entry.version:  # (never None: such indexes are not cached)
             return entry
         if now is not None:
@@ -352,13 +352,13 @@ class ZarrChunkStore(ChunkStore):
             raise InvalidArgumentError(f"chunks {strays[:3]} are not stored in unit {unit!r}")
         if self.layout is None:
             if put:
-                self.store.set(unit, next(iter(put.values())))
+                self.kv.set(unit, next(iter(put.values())))
             elif replace or members:
-                self.store.delete(unit)
+                self.kv.delete(unit)
             return
         chunks: dict[int, bytes | memoryview] = {}
         if not replace:
-            data = self.store.get(unit)
+            data = self.kv.get(unit)
             if data is not None:
                 chunks.update(self.layout.split_shard(data, unit))
         for coord in delete:
@@ -366,10 +366,10 @@ class ZarrChunkStore(ChunkStore):
         for coord, value in put.items():
             chunks[self._linear(tuple(coord))] = value
         if chunks:
-            self.store.set(unit, self.layout.join_shard(chunks))
+            self.kv.set(unit, self.layout.join_shard(chunks))
         else:
-            self.store.delete(unit)
+            self.kv.delete(unit)
         self.shard_index_cache.discard(unit)  # (a stale entry would only cost a retry)
 
     def lock(self, unit: str) -> AbstractContextManager[None]:
-        return self.store.lock(unit)
+        return self.kv.lock(unit)

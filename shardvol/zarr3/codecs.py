@@ -574,7 +574,7 @@ class CodecChain:
         self._ab_spec = current
         self._bb = bb
         # Decode straight into the caller's array when nothing re-lays it out in between.
-        self._direct = (
+        self._decode_into_out = (
             not aa
             and isinstance(ab, BytesCodec)
             and spec.dtype != bool  # stored bytes other than 0/1 must be normalised
@@ -647,7 +647,7 @@ class CodecChain:
             )
         # only the first bytes -> bytes codec has a known decoded size (the array's bytes)
         size = self._ab.encoded_size(self._ab_spec)
-        if self._direct:
+        if self._decode_into_out:
             if out is not None and out.flags.c_contiguous and out.dtype == spec.dtype:
                 result = out
             elif out is not None:  # decode next to it, then one strided copy into it

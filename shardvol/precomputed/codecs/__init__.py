@@ -11,13 +11,13 @@ Example::
 from __future__ import annotations
 
 from shardvol.errors import UnsupportedCodecError
-from shardvol.precomputed.codecs.base import Codec
+from shardvol.precomputed.codecs.base import ChunkEncoding
 from shardvol.precomputed.codecs.cseg import CompressedSegmentationCodec
 from shardvol.precomputed.codecs.jpeg import DEFAULT_JPEG_QUALITY, JpegCodec
 from shardvol.precomputed.codecs.png import PngCodec
 from shardvol.precomputed.codecs.raw import RawCodec
 
-CODECS: dict[str, type[Codec]] = {
+CODECS: dict[str, type[ChunkEncoding]] = {
     cls.encoding: cls for cls in (RawCodec, CompressedSegmentationCodec, JpegCodec, PngCodec)
 }
 
@@ -30,7 +30,7 @@ def get_codec(
     compressed_segmentation_block_size=None,
     jpeg_quality: int | None = None,
     png_level: int | None = None,
-) -> Codec:
+) -> ChunkEncoding:
     """The codec for an info file's ``encoding``, data type and channel count.
 
     Options that do not belong to ``encoding`` are ignored.  Raises
@@ -52,7 +52,7 @@ def get_codec(
 __all__ = [
     "CODECS",
     "DEFAULT_JPEG_QUALITY",
-    "Codec",
+    "ChunkEncoding",
     "CompressedSegmentationCodec",
     "JpegCodec",
     "PngCodec",

@@ -18,7 +18,7 @@ from shardvol.errors import ChunkEncodeError, InvalidArgumentError, UnsupportedC
 Shape4 = tuple[int, int, int, int]
 
 
-class Codec(ABC):
+class ChunkEncoding(ABC):
     """One chunk encoding for one data type and channel count.
 
     ``encode(array)`` accepts an ``(x, y, z, channel)`` array of the codec's

@@ -9,12 +9,12 @@ import numpy as np
 
 from shardvol._ext import cseg as _cseg
 from shardvol.errors import InvalidArgumentError
-from shardvol.precomputed.codecs.base import Codec, Shape4, fortran_empty
+from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4, fortran_empty
 
 LABEL_DTYPES = frozenset((np.dtype(np.uint32), np.dtype(np.uint64)))
 
 
-class CompressedSegmentationCodec(Codec):
+class CompressedSegmentationCodec(ChunkEncoding):
     """The ``compressed_segmentation`` encoding; every channel is encoded separately
     with the same ``compressed_segmentation_block_size`` (x, y, z).
 

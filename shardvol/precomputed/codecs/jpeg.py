@@ -13,13 +13,13 @@ import numpy as np
 from shardvol._ext import _jpeg
 from shardvol.errors import InvalidArgumentError
 from shardvol.precomputed.codecs._image import check_image_size, encode_image, jpeg_size
-from shardvol.precomputed.codecs.base import Codec, Shape4, fortran_empty
+from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4, fortran_empty
 
 #: TensorStore's default; it also writes this value into the info file.
 DEFAULT_JPEG_QUALITY = 75
 
 
-class JpegCodec(Codec):
+class JpegCodec(ChunkEncoding):
     """The ``jpeg`` encoding (lossy).  Encoding matches TensorStore byte for byte:
     baseline JPEG at ``jpeg_quality``, 4:2:0 chroma subsampling for RGB."""
 

@@ -10,10 +10,10 @@ import numpy as np
 
 from shardvol.errors import InvalidArgumentError
 from shardvol.precomputed.codecs._image import decode_image, encode_image, png_size
-from shardvol.precomputed.codecs.base import Codec, Shape4
+from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4
 
 
-class PngCodec(Codec):
+class PngCodec(ChunkEncoding):
     """The ``png`` encoding (lossless); ``png_level`` is the zlib level 0..9
     (None: the library default, as TensorStore)."""
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from shardvol.compression import gzip_decompress, is_gzip
 from shardvol.errors import ChunkDecodeError
-from shardvol.precomputed.codecs.base import Codec, Shape4
+from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4
 
 RAW_DTYPES = frozenset(
     np.dtype(t)
@@ -21,7 +21,7 @@ RAW_DTYPES = frozenset(
 )
 
 
-class RawCodec(Codec):
+class RawCodec(ChunkEncoding):
     """The ``raw`` encoding: any numeric precomputed data type, any channel count."""
 
     encoding = "raw"
