@@ -72,7 +72,11 @@ class DictStore(ChunkStore):
             for rest in np.ndindex(*g[2:])
         ]
 
-    def update_unit(self, unit, put, delete=(), replace=False):
+    def all_units(self):
+        g = self.grid.grid_shape
+        return iter(np.ndindex(-(-g[0] // 2), -(-g[1] // 2)))
+
+    def update_unit(self, unit, put, delete=(), replace=False, current=None):
         entries = {} if replace else dict(self.units_data.get(unit, {}))
         for c in delete:
             entries.pop(c, None)

@@ -182,9 +182,10 @@ def test_resume_rewrites_only_missing_units(tmp_path):
     vol = make_image(str(tmp_path), sharding=None)
     mips = shardvol.downsample(vol, (2, 2, 1), 2, progress=False, sharding=None)
     scale_dir = tmp_path / mips[0].scale.key
-    victim = sorted(scale_dir.iterdir())[0]
+    chunks = sorted(p for p in scale_dir.iterdir() if not p.name.startswith(".shardvol-"))
+    victim = chunks[0]  # (not the hidden lock file of the directory)
     victim.unlink()
-    others = {p.name: p.stat().st_mtime_ns for p in scale_dir.iterdir()}
+    others = {p.name: p.stat().st_mtime_ns for p in chunks[1:]}
     shardvol.downsample(vol, (2, 2, 1), 2, progress=False, resume=True, sharding=None)
     assert victim.exists()
     changed = [p.name for p in scale_dir.iterdir() if p.name in others

@@ -8,7 +8,8 @@ The slicing layer (``shardvol.array.indexing``) never knows which.
 Writes happen in *units*: the pieces of storage that are replaced atomically
 (a chunk file, or a shard file holding many chunks).  Two writers that touch
 the same unit must hold :meth:`ChunkStore.lock` for it around their
-read-modify-write cycle.
+read-modify-write cycle, which reads the unit once (:meth:`ChunkStore.read_unit`)
+and hands what it read back to :meth:`ChunkStore.update_unit`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,23 @@ from shardvol.array.grid import ChunkCoord
 
 Unit = Hashable
 ChunkRead = tuple[ChunkCoord, "bytes | memoryview | None", str]  # coord, encoded bytes, name
+
+
+class UnitContents:
+    """What a unit holds, read under its lock by :meth:`ChunkStore.read_unit`.
+
+    This default reads the chunks asked for when asked (chunk files are their own
+    units; a buffering store overlays its buffer).  Stores whose units are files of
+    many chunks read the file once, keep what it holds, and rewrite the unit from it in
+    :meth:`ChunkStore.update_unit` instead of reading the file again.
+    """
+
+    def __init__(self, store: ChunkStore) -> None:
+        self._store = store
+
+    def chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes | memoryview]:
+        """The encoded chunks among ``coords`` that the unit holds."""
+        return dict(self._store.read_chunks(coords))
 
 
 class ChunkStore(ABC):
@@ -69,6 +87,22 @@ class ChunkStore(ABC):
         never fully covered (they merge into it instead of replacing it).
         """
 
+    def scan_unit_chunks(self, unit: Unit) -> list[ChunkCoord]:
+        """:meth:`unit_chunks`, however costly (a scan of the whole grid if need be)."""
+        members = self.unit_chunks(unit)
+        if members is None:
+            raise NotImplementedError(f"{type(self).__name__} cannot list the chunks of {unit}")
+        return members
+
+    @abstractmethod
+    def all_units(self) -> Iterator[Unit]:
+        """Every unit that can hold a chunk of the grid (for planning work by unit)."""
+
+    def read_unit(self, unit: Unit) -> UnitContents:
+        """What ``unit`` holds now, for a read-modify-write under :meth:`lock`: its chunks
+        are merged from it, and it goes back to :meth:`update_unit` as ``current``."""
+        return UnitContents(self)
+
     @abstractmethod
     def update_unit(
         self,
@@ -76,11 +110,13 @@ class ChunkStore(ABC):
         put: dict[ChunkCoord, bytes],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
+        current: UnitContents | None = None,
     ) -> None:
         """Atomically store ``put`` and drop ``delete`` in ``unit``.
 
         Chunks of the unit that are in neither are kept (read and rewritten for a
-        shard) unless ``replace`` is true, in which case the unit ends up holding
+        shard, or taken from ``current``, what :meth:`read_unit` read under the same
+        lock) unless ``replace`` is true, in which case the unit ends up holding
         exactly ``put``.  A unit left with no chunks is deleted.  Callers doing a
         read-modify-write hold :meth:`lock` around it.
         """

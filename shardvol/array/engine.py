@@ -289,7 +289,10 @@ class ChunkedArray:
         run_parallel(encode_full, full, threads)
 
         def apply() -> None:
-            existing = self.store.read_chunks([p.coord for p in partial]) if partial else {}
+            # the unit is read once: the partly covered chunks are merged from what it
+            # holds, and the same contents are rewritten with the new chunks
+            current = self.store.read_unit(unit) if partial else None
+            existing = current.chunks([p.coord for p in partial]) if current else {}
 
             def encode_merged(p: ChunkPart) -> None:
                 blobs[p.coord] = self._encode(p.coord, self._merge(p, existing.get(p.coord), arr))
@@ -297,7 +300,7 @@ class ChunkedArray:
             run_parallel(encode_merged, partial, threads)
             put = {c: b for c, b in blobs.items() if b is not None}
             delete = [c for c, b in blobs.items() if b is None]
-            self.store.update_unit(unit, put, delete, replace=replace)
+            self.store.update_unit(unit, put, delete, replace=replace, current=current)
 
         # Replacing a unit takes its lock too: a read-modify-write of the unit running
         # meanwhile would otherwise store its merge over the replacement, losing it.
@@ -314,7 +317,9 @@ class ChunkedArray:
         chunk[tuple(slice(0, n) for n in piece.shape)] = piece
         return chunk
 
-    def _merge(self, p: ChunkPart, blob: bytes | None, arr: np.ndarray) -> np.ndarray:
+    def _merge(
+        self, p: ChunkPart, blob: bytes | memoryview | None, arr: np.ndarray
+    ) -> np.ndarray:
         shape = self.encoded_shape(p.coord)
         if blob is None:
             chunk = np.full(shape, self.fill_value, self.dtype, order=self.order)

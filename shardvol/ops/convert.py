@@ -281,12 +281,13 @@ def run_copy_task(task: CopyTask) -> None:
         return
     assert isinstance(dst, PrecomputedFrame)
     engine = dst.vol.chunked_array  # the shard is replaced whole: its chunks are encoded here
+    store = dst.vol.chunk_store
     put = {}
-    for coord in engine.store.scan_unit_chunks(task.shard):
+    for coord in store.scan_unit_chunks(task.shard):
         start = engine.grid.chunk_start(coord)[:3]
         stop = tuple(s + e for s, e in zip(start, engine.grid.chunk_extent(coord)[:3]))
         put[coord] = engine.codec.encode(src.read((start, stop)))  # type: ignore[arg-type]
-    engine.store.update_unit(task.shard, put, replace=True)
+    store.update_unit(task.shard, put, replace=True)
 
 
 def _blocks(unit: Sequence[int], size: Sequence[int], voxel_bytes: int, target: int) -> Vec3:
@@ -339,7 +340,7 @@ def plan(
 def _hashed_shard_tasks(vol: Volume, run: str, src: Endpoint, dst: Endpoint) -> list[CopyTask]:
     """One task per shard file when shards are not spatial blocks (hashed chunk ids);
     each task finds its shard's chunks itself (tasks stay small to send)."""
-    return [CopyTask(run, src, dst, None, s) for s in vol.chunked_array.store.grid_units()]
+    return [CopyTask(run, src, dst, None, s) for s in vol.chunk_store.all_units()]
 
 
 # --------------------------------------------------------------------------- destinations

@@ -14,12 +14,13 @@ from functools import cached_property
 import numpy as np
 
 from shardvol._ext.morton import compressed_morton_code, decode_morton_code
-from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore
+from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore, UnitContents
 from shardvol.array.grid import ChunkGrid
 from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import InvalidArgumentError
 from shardvol.kvstore import KVStore
 from shardvol.sharding import ShardingSpec, ShardReader, encode_shard, rewrite_shard
+from shardvol.sharding.writer import ShardEntries, read_entries
 from shardvol.sharding.auto import shard_shape_in_chunks
 from shardvol.sharding.reader import obsolete_names
 
@@ -140,11 +141,11 @@ class ShardedChunkStore(ChunkStore):
         key = np.uint64(unit)
         return self._coords(np.concatenate([lin[s == key] for lin, s in self._grid_shards()]))
 
-    def grid_units(self) -> list[int]:
+    def all_units(self) -> Iterator[int]:
         """Every shard number that holds some chunk of the grid, ascending (a scan in
-        blocks; for planning work by shard)."""
+        blocks)."""
         found = [np.unique(s) for _, s in self._grid_shards()]
-        return np.unique(np.concatenate(found)).tolist() if found else []
+        return iter(np.unique(np.concatenate(found)).tolist() if found else [])
 
     def _coords(self, linear: np.ndarray) -> list[ChunkCoord]:
         xyz = np.unravel_index(linear, self.grid_size, order="F")
@@ -156,12 +157,17 @@ class ShardedChunkStore(ChunkStore):
         except InvalidArgumentError:
             return None
 
+    def read_unit(self, unit: int) -> _ShardContents:
+        """The shard file, read whole once (its entries as stored)."""
+        return _ShardContents(self, read_entries(self.kv, self.spec, unit))
+
     def update_unit(
         self,
         unit: int,
         put: dict[ChunkCoord, bytes],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
+        current: UnitContents | None = None,
     ) -> None:
         filename = self.spec.shard_filename(unit)
         entries = dict(zip(self.codes(list(put)).tolist(), put.values())) if put else {}
@@ -174,7 +180,8 @@ class ShardedChunkStore(ChunkStore):
         else:
             delete = list(delete)
             gone = self.codes(delete).tolist() if delete else []
-            rewrite_shard(self.kv, self.spec, unit, entries, gone, self.level)
+            read = current.shard if isinstance(current, _ShardContents) else None
+            rewrite_shard(self.kv, self.spec, unit, entries, gone, self.level, read)
         self.reader.invalidate(filename)
 
     @contextmanager
@@ -190,3 +197,24 @@ class ShardedChunkStore(ChunkStore):
         codes = [int(k) for k in self.codes(coords)]
         found = self.reader.exists(codes)
         return {c: found[k] is not None for c, k in zip(coords, codes)}
+
+
+class _ShardContents(UnitContents):
+    """A shard file as read under its lock: the chunks merged from it are decoded from its
+    entries, and the rewrite keeps the other entries as stored."""
+
+    def __init__(self, store: ShardedChunkStore, shard: ShardEntries) -> None:
+        super().__init__(store)
+        self.store = store
+        self.shard = shard
+
+    def chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes | memoryview]:
+        if not coords:
+            return {}
+        names = self.store._names(coords)
+        out: dict[ChunkCoord, bytes | memoryview] = {}
+        for c, k, name in zip(coords, self.store.codes(coords).tolist(), names):
+            stored = self.shard.entries.get(k)
+            if stored is not None:
+                out[c] = self.store.reader.decode_value(stored, name)
+        return out

@@ -6,10 +6,11 @@ chunk wide, so the generic engine can treat a scale as an (x, y, z, c) array.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
-from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore
+from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore, UnitContents
 from shardvol.array.grid import ChunkGrid
 from shardvol.compression import gzip_decompress
 from shardvol.errors import ChunkDecodeError
@@ -77,12 +78,17 @@ class UnshardedChunkStore(ChunkStore):
     def unit_chunks(self, unit: ChunkCoord) -> list[ChunkCoord]:
         return [unit]
 
+    def all_units(self) -> Iterator[ChunkCoord]:
+        gx, gy, gz = self.grid.grid_shape[:3]
+        return ((x, y, z, 0) for z, y, x in itertools.product(range(gz), range(gy), range(gx)))
+
     def update_unit(
         self,
         unit: ChunkCoord,
         put: dict[ChunkCoord, bytes],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
+        current: UnitContents | None = None,
     ) -> None:
         key = chunk_key(self.grid, unit)
         if unit in put:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 
@@ -108,6 +109,28 @@ def update_shard(
     return touched
 
 
+class ShardEntries(NamedTuple):
+    """What one shard file held when read: its entries (values as stored, in the data
+    encoding) and whether it came from the obsolete ``.index`` + ``.data`` layout."""
+
+    entries: dict[int, bytes | memoryview]
+    obsolete: bool
+
+
+def read_entries(store: KVStore, spec: ShardingSpec, shard: int) -> ShardEntries:
+    """The entries of one shard file (none if it does not exist), checked to belong there."""
+    fn = spec.shard_filename(shard)
+    blob, obsolete = fetch_shard(store, spec, fn)
+    if blob is None:
+        return ShardEntries({}, False)
+    keys, _, views = shard_entries(spec, blob, fn)
+    home, _ = spec.shard_and_minishard(keys)
+    if (home != np.uint64(shard)).any():
+        k = int(keys[np.argmax(home != np.uint64(shard))])
+        raise ShardFormatError(f"{fn}: key {k} belongs in {spec.filename(k)}")
+    return ShardEntries(dict(zip(keys.tolist(), views)), obsolete)
+
+
 def rewrite_shard(
     store: KVStore,
     spec: ShardingSpec,
@@ -115,30 +138,31 @@ def rewrite_shard(
     put: dict[int, bytes],
     delete: Iterable[int] = (),
     level: int = DEFAULT_LEVEL,
+    current: ShardEntries | None = None,
 ) -> None:
     """Read-modify-write of one shard file; the caller holds ``store.lock(filename)``.
 
     ``put`` values are raw (encoded here per ``data_encoding``); entries not
-    named are kept as stored.  A shard left empty is deleted.
+    named are kept as stored.  A shard left empty is deleted.  ``current``: the shard as
+    :func:`read_entries` read it under the same lock (else it is read here).
     """
     blobs = encode_values(spec, list(put.values()), level)
-    _rewrite(store, spec, shard, dict(zip(put, blobs)), [int(k) for k in delete])
+    _rewrite(store, spec, shard, dict(zip(put, blobs)), [int(k) for k in delete], current)
 
 
 def _rewrite(
-    store: KVStore, spec: ShardingSpec, shard: int, put: dict[int, bytes], delete: list[int]
+    store: KVStore,
+    spec: ShardingSpec,
+    shard: int,
+    put: dict[int, bytes],
+    delete: list[int],
+    current: ShardEntries | None = None,
 ) -> None:
     """One shard's read-modify-write (the caller holds the lock); put values are encoded."""
     fn = spec.shard_filename(shard)
-    blob, obsolete = fetch_shard(store, spec, fn)
-    entries: dict[int, bytes | memoryview] = {}
-    if blob is not None:
-        keys, _, views = shard_entries(spec, blob, fn)
-        home, _ = spec.shard_and_minishard(keys)
-        if (home != np.uint64(shard)).any():
-            k = int(keys[np.argmax(home != np.uint64(shard))])
-            raise ShardFormatError(f"{fn}: key {k} belongs in {spec.filename(k)}")
-        entries = dict(zip(keys.tolist(), views))
+    if current is None:
+        current = read_entries(store, spec, shard)
+    entries = dict(current.entries)
     for k in delete:
         entries.pop(k, None)
     entries.update(put)
@@ -151,7 +175,7 @@ def _rewrite(
         )
     else:
         store.delete(fn)
-    if obsolete or not entries:  # an obsolete pair left behind would be read again
+    if current.obsolete or not entries:  # an obsolete pair left behind would be read again
         for name in obsolete_names(fn):
             store.delete(name)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
-from shardvol.array.chunkstore import ChunkCoord, ChunkStore
+from shardvol.array.chunkstore import ChunkCoord, ChunkStore, UnitContents
 from shardvol.errors import (
     AlreadyExistsError,
     ByteRangeError,
@@ -156,6 +156,10 @@ class ZarrChunkStore(ChunkStore):
         for coord in coords:
             groups.setdefault(self.unit_of(coord), []).append(tuple(int(c) for c in coord))
         return groups
+
+    def all_units(self) -> Iterator[str]:
+        outer = [range(-(-g // p)) for g, p in zip(self.grid_shape, self._per_shard)]
+        return (self.metadata.chunk_key(c) for c in itertools.product(*outer))
 
     def unit_chunks(self, unit: str) -> list[ChunkCoord]:
         outer = self.metadata.chunk_key_encoding.coords(unit, self.metadata.ndim)
@@ -339,12 +343,24 @@ class ZarrChunkStore(ChunkStore):
 
     # ----------------------------------------------------------------- writes
 
+    def read_unit(self, unit: str) -> UnitContents:
+        """A shard, read whole once (its inner chunks as stored); a chunk file as asked."""
+        if self.layout is None:
+            return super().read_unit(unit)
+        return self._read_shard(unit)
+
+    def _read_shard(self, unit: str) -> _ShardContents:
+        assert self.layout is not None
+        data = self.kv.get(unit)
+        return _ShardContents(self, {} if data is None else self.layout.split_shard(data, unit))
+
     def update_unit(
         self,
         unit: str,
         put: dict[ChunkCoord, bytes],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
+        current: UnitContents | None = None,
     ) -> None:
         members = {tuple(int(c) for c in coord) for coord in itertools.chain(put, delete)}
         strays = [c for c in members if self.unit_of(c) != unit]
@@ -358,9 +374,8 @@ class ZarrChunkStore(ChunkStore):
             return
         chunks: dict[int, bytes | memoryview] = {}
         if not replace:
-            data = self.kv.get(unit)
-            if data is not None:
-                chunks.update(self.layout.split_shard(data, unit))
+            shard = current if isinstance(current, _ShardContents) else self._read_shard(unit)
+            chunks.update(shard.parts)
         for coord in delete:
             chunks.pop(self._linear(tuple(coord)), None)
         for coord, value in put.items():
@@ -373,3 +388,16 @@ class ZarrChunkStore(ChunkStore):
 
     def lock(self, unit: str) -> AbstractContextManager[None]:
         return self.kv.lock(unit)
+
+
+class _ShardContents(UnitContents):
+    """A shard as read under its lock: its inner chunks as stored, by linear number."""
+
+    def __init__(self, store: ZarrChunkStore, parts: dict[int, memoryview]) -> None:
+        super().__init__(store)
+        self.store = store
+        self.parts = parts
+
+    def chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes | memoryview]:
+        found = ((c, self.parts.get(self.store._linear(c))) for c in coords)
+        return {c: part for c, part in found if part is not None}
