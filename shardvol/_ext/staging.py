@@ -1,4 +1,6 @@
-"""Per-thread staging buffers for the C decoders (decode a box there, then copy it out)."""
+"""Per-thread staging buffers: the C decoders decode a box there and copy it out, Zarr's
+codecs lay out or decode a chunk there.  Reusing one buffer per thread avoids the page
+faults of a fresh allocation per chunk, which cost as much as the copy itself."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 
 from shardvol._parallel import default_parallel, run_parallel, submit
 from shardvol.array.chunkstore import ChunkCoord, ChunkStore, Unit, UnitContents

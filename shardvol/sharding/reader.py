@@ -12,23 +12,25 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 
 from __future__ import annotations
 
-import contextlib
 import numbers
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from itertools import pairwise
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from shardvol.compression import gzip_decompress
-from shardvol.errors import (
-    ByteRangeError,
-    ShardFormatError,
-    VersionChangedError,
-    WriteConflictError,
-)
+from shardvol.errors import ByteRangeError, ShardFormatError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.lru import LRU
+from shardvol.kvstore.shards import (
+    ATTEMPTS,
+    DEFAULT_MAX_READ,
+    RangeReader,
+    Stale,
+    Versioned,
+    conflict,
+    retrying,
+)
 from shardvol.sharding.format import (
     EMPTY_MINISHARD,
     MinishardIndex,
@@ -37,7 +39,6 @@ from shardvol.sharding.format import (
     decode_shard_index,
     decode_values,
     disassemble_shard,
-    run_bounds,
     run_starts,
 )
 from shardvol.sharding.spec import ShardingSpec, as_keys
@@ -46,9 +47,6 @@ from shardvol.sharding.spec import ShardingSpec, as_keys
 # read copies in the time one extra request costs; remote stores pay a round trip.
 LOCAL_COALESCE_GAP = 16 * 1024
 REMOTE_COALESCE_GAP = 1024 * 1024
-DEFAULT_MAX_READ = 32 * 1024 * 1024
-# Reads restart when a shard file is replaced under them; this many times at most.
-_ATTEMPTS = 8
 # Keys whose data positions a reader remembers at most (about 100 bytes each).
 _REMEMBER_LIMIT = 1 << 16
 
@@ -61,22 +59,6 @@ class _Shard(NamedTuple):
     origin: int  # position in data_key of the end of the shard index
     index: np.ndarray  # (num_minishards, 2) minishard index ranges relative to origin
     version: Hashable | None = None  # data_key's version token when the index was read
-
-
-class _Cached(NamedTuple):
-    """A shard index cache entry: the shard (None if absent) and the store's version
-    token of its data file when the index was read (None: the store cannot tell)."""
-
-    shard: _Shard | None
-    version: Hashable | None
-
-
-class _Stale(Exception):
-    """A shard file changed between reading its index and its data (retry)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key  # the store key of the file that changed
 
 
 class _Located(NamedTuple):
@@ -169,6 +151,7 @@ class ShardReader:
             coalesce_gap = LOCAL_COALESCE_GAP if self.store.local else REMOTE_COALESCE_GAP
         self.coalesce_gap = int(coalesce_gap)
         self.max_read = int(max_read)
+        self._ranges = RangeReader(self.store, self.coalesce_gap, self.max_read)
 
     def __repr__(self) -> str:
         return f"ShardReader({self.store!r}, {self.spec})"
@@ -197,20 +180,18 @@ class ShardReader:
     def get_data_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
         """``{key: value}`` for the keys that are present (absent keys are left out)."""
         keys = as_keys(keys)
-        for _ in range(_ATTEMPTS):
-            try:
-                loc = self._locate(keys, reading=True)
-                if len(loc.keys) == 0:
-                    return {}
-                stored = self._read_data(loc)
-            except (_Stale, ShardFormatError) as e:
-                self._retry_or_raise(keys, e)
-                continue
-            values = decode_values(
-                self.spec, stored, lambda i: _value_name(loc, i), self.max_value_size
-            )
-            return dict(zip(loc.keys.tolist(), values))
-        raise self._conflict(keys)
+
+        def read() -> tuple[_Located, list[memoryview]]:
+            loc = self._locate(keys, reading=True)
+            return loc, self._read_data(loc)
+
+        loc, stored = retrying(read, lambda e: self._drop_changed(keys, e), self._what(keys))
+        if len(loc.keys) == 0:
+            return {}
+        values = decode_values(
+            self.spec, stored, lambda i: _value_name(loc, i), self.max_value_size
+        )
+        return dict(zip(loc.keys.tolist(), values))
 
     def iter_data_many(
         self, keys: Iterable[int] | np.ndarray, decode: bool = True
@@ -225,7 +206,7 @@ class ShardReader:
         """
         pending = as_keys(keys)
         gzip = decode and self.spec.data_encoding == "gzip"
-        for _ in range(_ATTEMPTS):
+        for _ in range(ATTEMPTS):
             done: list[int] = []
             try:
                 loc = self._locate(pending, reading=True)
@@ -238,10 +219,11 @@ class ShardReader:
                     done.append(int(loc.keys[i]))
                     yield done[-1], blob
                 return
-            except (_Stale, ShardFormatError) as e:
-                self._retry_or_raise(pending, e)
+            except (Stale, ShardFormatError) as e:
+                if not self._drop_changed(pending, e) and not isinstance(e, Stale):
+                    raise
                 pending = np.setdiff1d(pending, np.array(done, dtype=np.uint64))
-        raise self._conflict(pending)
+        raise conflict(self._what(pending))
 
     def decode_value(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
         """A value as :meth:`iter_data_many` gives it with ``decode=False``, decoded
@@ -250,40 +232,28 @@ class ShardReader:
             return gzip_decompress(stored, name, ShardFormatError, max_size=self.max_value_size)
         return stored
 
-    def _locate_retrying(self, keys: np.ndarray) -> _Located:
-        """:meth:`_locate`, read again while shard files change under it."""
-        for _ in range(_ATTEMPTS):
-            try:
-                return self._locate(keys)
-            except (_Stale, ShardFormatError) as e:
-                self._retry_or_raise(keys, e)
-        raise self._conflict(keys)
-
-    def _retry_or_raise(self, keys: np.ndarray, error: Exception) -> None:
-        """After a failed read: drop the indexes of shard files that changed meanwhile
-        (the caller retries), or re-raise a ShardFormatError if none did (real damage)."""
+    def _drop_changed(self, keys: np.ndarray, error: Exception) -> bool:
+        """After a failed read of ``keys``: drop the indexes of the shard files that changed
+        meanwhile (the one ``error`` names if it is Stale); whether any did."""
         shards, _ = self.spec.shard_and_minishard(keys)
         changed = False
         for fn in (self.spec.shard_filename(s) for s in np.unique(shards).tolist()):
             entry = self.shard_index_cache.get(fn)
             if entry is None:
                 continue
-            data_key = self._data_key(fn, entry.shard)
-            if isinstance(error, _Stale) and error.key == data_key or (
+            data_key = self._data_key(fn, entry.index)
+            if isinstance(error, Stale) and error.key == data_key or (
                 not self.store.still_at(data_key, entry.version)
             ):
                 self.invalidate(fn)
                 changed = True
-        if not changed and not isinstance(error, _Stale):
-            raise error
+        return changed
 
-    def _conflict(self, keys: np.ndarray) -> WriteConflictError:
+    def _what(self, keys: np.ndarray) -> str:
+        """How a conflict names the shard files of ``keys``."""
         shards, _ = self.spec.shard_and_minishard(keys)
         names = sorted({self.spec.shard_filename(s) for s in shards.tolist()})
-        return WriteConflictError(
-            f"{self.store.url}: shard files {', '.join(names[:4])} kept changing while being "
-            f"read ({_ATTEMPTS} attempts)"
-        )
+        return f"{self.store.url}: shard files {', '.join(names[:4])}"
 
     def exists(self, keys: Any, return_byte_range: bool = False) -> Any:
         """Where keys are stored, CloudVolume style.
@@ -295,7 +265,8 @@ class ShardReader:
         """
         one = isinstance(keys, numbers.Integral)
         arr = as_keys(keys)
-        loc = self._locate_retrying(arr)
+        loc = retrying(lambda: self._locate(arr), lambda e: self._drop_changed(arr, e),
+                       self._what(arr))
         out: dict[int, Any] = dict.fromkeys(arr.tolist())
         for k, f, start, size in zip(
             loc.keys.tolist(), loc.file.tolist(), loc.starts.tolist(), loc.sizes.tolist()
@@ -305,21 +276,18 @@ class ShardReader:
 
     def list_labels(self, filename: str) -> np.ndarray:
         """Every key stored in shard file ``filename``, ascending (uint64)."""
-        for _ in range(_ATTEMPTS):
-            shard = self._shard_infos([filename])[0].shard  # a changed file is read again
+
+        def read() -> np.ndarray:
+            shard = self._shard_infos([filename])[0].index  # a changed file is read again
             if shard is None:
                 return np.zeros(0, dtype=np.uint64)
             used = np.flatnonzero(shard.index[:, 1] != shard.index[:, 0])
-            try:
-                msis = self._minishard_indexes([(shard, m) for m in used.tolist()])
-            except _Stale:
-                continue
+            msis = self._minishard_indexes([(shard, m) for m in used.tolist()])
             ids = [msi.ids for msi in msis]
             return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.uint64)
-        raise WriteConflictError(
-            f"{self.store.url}: shard file {filename} kept changing while being read "
-            f"({_ATTEMPTS} attempts)"
-        )
+
+        # (a Stale file's index is read again by the next _shard_infos)
+        return retrying(read, lambda e: False, f"{self.store.url}: shard file {filename}")
 
     def disassemble_shard(self, blob: bytes, filename: str = "<shard>") -> dict[int, bytes]:
         """``{key: value}`` of a whole shard file already in memory."""
@@ -332,13 +300,13 @@ class ShardReader:
         """The file holding ``filename``'s data (itself unless in the obsolete layout)."""
         return shard.data_key if shard is not None else filename
 
-    def _shard_infos(self, filenames: list[str], check: bool = True) -> list[_Cached]:
+    def _shard_infos(self, filenames: list[str], check: bool = True) -> list[Versioned]:
         """Shard index of each file (shard None when absent), through the cache.
 
         With ``check``, a cached index whose file has another version now is dropped and
         read again (else the caller checks, see :meth:`_locate`).
         """
-        out: list[_Cached] = [None] * len(filenames)  # type: ignore[list-item]
+        out: list[Versioned] = [None] * len(filenames)  # type: ignore[list-item]
         missing = []
         for i, fn in enumerate(filenames):
             entry = self.shard_index_cache.get(fn)
@@ -356,7 +324,7 @@ class ShardReader:
                     if shard.data_key != fn:
                         version = self.store.version(shard.data_key)
                     shard = shard._replace(version=version)
-                out[i] = self.shard_index_cache[fn] = _Cached(shard, version)
+                out[i] = self.shard_index_cache[fn] = Versioned(shard, version)
         return out
 
     def _fetch_shard_indexes(
@@ -364,9 +332,8 @@ class ShardReader:
     ) -> list[tuple[_Shard | None, Hashable | None]]:
         """(shard or None if absent, the version of the file it was read from) of each."""
         n = self.spec.index_length
-        requests = [(fn, (0, n)) for fn in filenames]
-        with self._range_errors(requests, self._truncated_index):
-            read = self.store.get_many_versioned(requests)
+        requests: list = [(fn, (0, n)) for fn in filenames]
+        read = self._ranges.get_versioned(requests, self._truncated_index)
         out: list[tuple[_Shard | None, Hashable | None]] = []
         for fn, (blob, version) in zip(filenames, read):
             shard = None if blob is None else _Shard(fn, fn, n, decode_shard_index(blob, self.spec, fn))
@@ -374,7 +341,8 @@ class ShardReader:
         absent = [i for i, (shard, _) in enumerate(out) if shard is None]
         if absent:
             names = [obsolete_names(filenames[i]) for i in absent]
-            blobs = self._get_many([(idx, (0, n)) for idx, _ in names], self._truncated_index)
+            blobs = self._ranges.get([(idx, (0, n)) for idx, _ in names], None,
+                                     self._truncated_index)
             for i, (idx, data), blob in zip(absent, names, blobs):
                 if blob is not None:
                     shard = _Shard(filenames[i], data, 0, decode_shard_index(blob, self.spec, idx))
@@ -421,36 +389,29 @@ class ShardReader:
         return out  # type: ignore[return-value]
 
     def _fetch_minishard_indexes(self, pending: dict, out: list) -> None:
-        groups = []
-        for key, items in pending.items():
-            items.sort(key=lambda t: t[0])
-            for run in self._coalesce([(a, b) for a, b, *_ in items]):
-                groups.append((key, run, items[run.first : run.last]))
+        """Read and decode the minishard indexes of ``pending`` ({data file: [(start, stop,
+        i, shard, minishard)]}) into ``out[i]``: one coalesced, versioned read."""
+        items = [(key, *item) for key, file_items in pending.items() for item in file_items]
+        views: list = [None] * len(items)
         # read only from the file its shard index was read from: else offsets may lie
-        blobs = self._get_many(
-            [(key, (run.start, run.stop)) for key, run, _ in groups],
+        for n, view in self._ranges.read(
+            [(key, a, b) for key, a, b, *_ in items],
+            {key: file_items[0][3].version for key, file_items in pending.items()},
             lambda key, size: _first_past_end(
                 key, size, ((a, b, m, "minishard index") for a, b, _, _, m in pending[key])
             ),
-            {key: items[0][3].version for key, items in pending.items()},
-        )
-        decoded: dict[str, tuple[list, list]] = {}
-        for (key, run, items), blob in zip(groups, blobs):
-            if blob is None:
-                raise ShardFormatError(
-                    f"{key}: file disappeared while reading its minishard indexes"
-                )
-            view = memoryview(blob)
-            bufs, metas = decoded.setdefault(key, ([], []))
-            for a, b, i, shard, m in items:
-                bufs.append(view[a - run.start : b - run.start])
-                metas.append((i, shard, m))
-        for key, (bufs, metas) in decoded.items():
-            shard = metas[0][1]
+        ):
+            views[n] = view
+        by_file: dict[str, list[int]] = {}
+        for n, (key, *_rest) in enumerate(items):
+            by_file.setdefault(key, []).append(n)
+        for key, ns in by_file.items():
+            shard = items[ns[0]][4]
             msis = decode_minishard_indexes(
-                bufs, self.spec, shard.origin, key, [m for _, _, m in metas]
+                [views[n] for n in ns], self.spec, shard.origin, key, [items[n][5] for n in ns]
             )
-            for (i, shard, m), msi in zip(metas, msis):
+            for n, msi in zip(ns, msis):
+                _, _, _, i, shard, m = items[n]
                 # keyed by version: an index read from an older file never serves a newer one
                 self.minishard_index_cache[(shard.filename, shard.version, m)] = msi
                 out[i] = msi
@@ -462,7 +423,7 @@ class ShardReader:
 
         ``reading``: the caller reads the data found, with versioned reads, which check
         the files they read; cached indexes are then checked against their files (a
-        stat each) only for files none of whose keys were found (raising _Stale).
+        stat each) only for files none of whose keys were found (raising Stale).
         """
         keys = np.sort(as_keys(keys))
         keys = keys[run_starts(keys)]
@@ -484,7 +445,7 @@ class ShardReader:
         ushards, g_shard_idx = np.unique(g_shard, return_inverse=True)
         files = [self.spec.shard_filename(s) for s in ushards.tolist()]
         cached = self._shard_infos(files, check=not reading)
-        infos = [c.shard for c in cached]
+        infos = [c.index for c in cached]
         present = [g for g, s in enumerate(g_shard_idx.tolist()) if infos[s] is not None]
         g_info = [infos[s] for s in g_shard_idx.tolist()]
         msis = self._minishard_indexes([(g_info[g], g_minishard[g]) for g in present])
@@ -533,18 +494,18 @@ class ShardReader:
             versions,
         )
 
-    def _check_unread(self, files: list[str], cached: list[_Cached], read: set[int]) -> None:
-        """Raise _Stale if a file (by number in ``files``) not in ``read`` has another
+    def _check_unread(self, files: list[str], cached: list[Versioned], read: set[int]) -> None:
+        """Raise Stale if a file (by number in ``files``) not in ``read`` has another
         version than its cached index (or, absent, exists now)."""
         for s, (fn, entry) in enumerate(zip(files, cached)):
             if s not in read and not self._unchanged(fn, entry):
-                raise _Stale(self._data_key(fn, entry.shard))
+                raise Stale(self._data_key(fn, entry.index))
 
-    def _unchanged(self, filename: str, entry: _Cached) -> bool:
+    def _unchanged(self, filename: str, entry: Versioned) -> bool:
         """Whether the file a cached shard index was read from still has its version."""
-        return self.store.still_at(self._data_key(filename, entry.shard), entry.version)
+        return self.store.still_at(self._data_key(filename, entry.index), entry.version)
 
-    def _remember(self, files: list[str], cached: list[_Cached], read: np.ndarray,
+    def _remember(self, files: list[str], cached: list[Versioned], read: np.ndarray,
                   keys: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
         """Keep where the found keys are (files by number ``read``), for _remembered."""
         if self._where_count + len(keys) > _REMEMBER_LIMIT:
@@ -552,11 +513,11 @@ class ShardReader:
             self._where_count = 0
         for s, k, a, n in zip(read.tolist(), keys.tolist(), starts.tolist(), sizes.tolist()):
             fn, entry = files[s], cached[s]
-            if entry.version is None or entry.shard is None:
+            if entry.version is None or entry.index is None:
                 continue  # the store cannot tell versions: nothing to check it against
             table = self._where.get(fn)
             if table is None or table[0] != entry.version:
-                table = self._where[fn] = (entry.version, entry.shard.data_key, {})
+                table = self._where[fn] = (entry.version, entry.index.data_key, {})
             if k not in table[2]:
                 table[2][k] = (a, n)
                 self._where_count += 1
@@ -610,117 +571,27 @@ class ShardReader:
     def _iter_read_data(
         self, loc: _Located, group_bytes: int | None
     ) -> Iterator[tuple[int, memoryview]]:
-        """``(i, stored bytes of the i-th located key)`` (views into coalesced reads).
-
-        The requests are sent concurrently in groups of about ``group_bytes`` (all at
-        once if None), so that a caller dropping the views as it goes holds about that
-        much at a time."""
+        """``(i, stored bytes of the i-th located key)`` (views into coalesced reads, in
+        groups of about ``group_bytes``; see RangeReader.read)."""
         if len(loc.keys) == 0:
             return
-        ends = loc.starts + loc.sizes
-        order = np.lexsort((loc.starts, loc.file))
-        file_sorted = loc.file[order]
-        bounds = run_bounds(file_sorted)
-        requests, placements = [], []
-        for a, b in pairwise(bounds):
-            key = loc.files[file_sorted[a]]
-            idx = order[a:b]
-            for run in self._coalesce(list(zip(loc.starts[idx].tolist(), ends[idx].tolist()))):
-                placements.append((idx[run.first : run.last], run.start))
-                requests.append((key, (run.start, run.stop)))
+        starts, sizes = loc.starts.tolist(), loc.sizes.tolist()
+        files = [loc.files[f] for f in loc.file.tolist()]
 
         def explain(key: str, size: int) -> str | None:
             return _first_past_end(
                 key,
                 size,
                 (
-                    (int(loc.starts[i]), int(ends[i]), int(loc.minishards[i]), f"data of key {k}")
+                    (starts[i], starts[i] + sizes[i], int(loc.minishards[i]), f"data of key {k}")
                     for i, k in enumerate(loc.keys.tolist())
-                    if loc.files[loc.file[i]] == key
+                    if files[i] == key
                 ),
             )
 
-        starts, sizes = loc.starts.tolist(), loc.sizes.tolist()
-        version_of = dict(zip(loc.files, loc.versions))
-        for first, last in _request_groups(requests, group_bytes):
-            group = requests[first:last]  # only from the files the index was read from
-            blobs = self._get_many(group, explain, {k: version_of[k] for k, _ in group})
-            for (key, _), (idx, base), blob in zip(group, placements[first:last], blobs):
-                if blob is None:
-                    raise ShardFormatError(f"{key}: file disappeared while reading its data")
-                view = memoryview(blob)
-                for i in idx.tolist():
-                    a = starts[i] - base
-                    yield i, view[a : a + sizes[i]]
-            del blobs, blob, view  # this group's bytes go before the next group is read
-
-
-    # -- I/O helpers ---------------------------------------------------------------------
-
-    def _coalesce(self, ranges: list[tuple[int, int]]) -> list[_Run]:
-        """Runs of consecutive sorted ``ranges`` to read as one request each."""
-        runs: list[_Run] = []
-        gap, max_read = self.coalesce_gap, self.max_read
-        first, start, stop = 0, None, 0
-        for i, (a, b) in enumerate(ranges):
-            if start is not None and (a > stop + gap or max(stop, b) - start > max_read):
-                runs.append(_Run(first, i, start, stop))
-                start = None
-            if start is None:
-                first, start, stop = i, a, b
-            elif b > stop:
-                stop = b
-        if start is not None:
-            runs.append(_Run(first, len(ranges), start, stop))
-        return runs
-
-    def _get_many(
-        self,
-        requests: list,
-        explain: Callable[[str, int], str | None],
-        versions: Mapping[str, Hashable | None] | None = None,
-    ) -> list[bytes | None]:
-        """store.get_many (get_many_if with ``versions``: a file of another version
-        raises _Stale); a range past a file's end becomes a ShardFormatError whose message
-        ``explain(key, file size)`` writes."""
-        with self._range_errors(requests, explain):
-            if versions is None:
-                return self.store.get_many(requests)
-            try:
-                return self.store.get_many_if(requests, versions)
-            except VersionChangedError as e:
-                raise _Stale(e.key) from e
-
-    @contextlib.contextmanager
-    def _range_errors(
-        self, requests: list, explain: Callable[[str, int], str | None]
-    ) -> Iterator[None]:
-        """A ByteRangeError of the reads inside becomes a ShardFormatError (see _get_many)."""
-        try:
-            yield
-        except ByteRangeError as e:
-            for key in dict.fromkeys(k for k, _ in requests):
-                size = self.store.size(key)
-                message = None if size is None else explain(key, size)
-                if message is not None:
-                    raise ShardFormatError(message) from e
-            raise ShardFormatError(f"shard file shorter than its index says: {e}") from e
-
-
-def _request_groups(requests: list, group_bytes: int | None) -> list[tuple[int, int]]:
-    """``[first, last)`` slices of ``requests`` ``(key, (start, stop))`` of about
-    ``group_bytes`` each (at least one request; one slice of all if None)."""
-    if group_bytes is None:
-        return [(0, len(requests))] if requests else []
-    groups, first, total = [], 0, 0
-    for i, (_, (start, stop)) in enumerate(requests):
-        if i > first and total + stop - start > group_bytes:
-            groups.append((first, i))
-            first, total = i, 0
-        total += stop - start
-    if requests:
-        groups.append((first, len(requests)))
-    return groups
+        spans = [(f, a, a + n) for f, a, n in zip(files, starts, sizes)]
+        versions = dict(zip(loc.files, loc.versions))
+        yield from self._ranges.read(spans, versions, explain, group_bytes)
 
 
 def _value_name(loc: _Located, i: int) -> str:
@@ -738,13 +609,6 @@ def _first_past_end(key: str, size: int, ranges: Iterable) -> str | None:
                 f"the file ({size} bytes)"
             )
     return None
-
-
-class _Run(NamedTuple):
-    first: int  # index of the run's first range
-    last: int  # one past its last range
-    start: int
-    stop: int
 
 
 def _composite(high: np.ndarray, low: np.ndarray) -> np.ndarray:

@@ -15,42 +15,25 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
 
 from shardvol.array.chunkstore import ChunkCoord, ChunkStore, UnitContents
-from shardvol.errors import (
-    AlreadyExistsError,
-    ByteRangeError,
-    InfoError,
-    InvalidArgumentError,
-    OutOfBoundsError,
-    ShardFormatError,
-    VersionChangedError,
-    WriteConflictError,
-)
+from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError, OutOfBoundsError
 from shardvol.kvstore import KVStore, open_store
-from shardvol.kvstore.base import Request
 from shardvol.kvstore.lru import LRU
+from shardvol.kvstore.shards import DEFAULT_MAX_READ, RangeReader, Stale, Versioned, retrying
 from shardvol.zarr3.codecs import CodecChain
 from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata
 from shardvol.zarr3.sharding import EMPTY, ShardIndex
 
 #: byte ranges of one shard closer than this are fetched as one request
 DEFAULT_COALESCE_GAP = 1 << 16
-#: reads restart when a shard is replaced between its index and chunk reads; this many times
-_ATTEMPTS = 8
 #: shard indexes kept per array (fewer when they are large: _INDEX_CACHE_BYTES in all)
 DEFAULT_INDEX_CACHE_SIZE = 512
 _INDEX_CACHE_BYTES = 64 << 20
 #: unit keys of this many shards or chunk files are remembered
 _UNIT_KEYS_CACHED = 4096
-
-
-class _CachedIndex(NamedTuple):
-    index: ShardIndex
-    version: Hashable  # the store's version token of the shard the index was read from
 
 
 class ZarrChunkStore(ChunkStore):
@@ -66,6 +49,7 @@ class ZarrChunkStore(ChunkStore):
         self.kv = store
         self.metadata = metadata
         self.coalesce_gap = coalesce_gap
+        self._ranges = RangeReader(store, coalesce_gap, DEFAULT_MAX_READ)
         sharding = metadata.sharding
         self.layout = sharding.layout(metadata.chunk_spec, "codecs[0]") if sharding else None
         #: codec of one stored chunk (an inner chunk when sharded): encode / decode / is_fill
@@ -176,7 +160,7 @@ class ZarrChunkStore(ChunkStore):
         groups = self.units(coords)
         if self.layout is None:
             keys = list(groups)
-            values = self._get_many(self.kv.get_many, keys)
+            values = self.kv.get_many(keys)
             return {groups[k][0]: v for k, v in zip(keys, values) if v is not None}
         return self._read_sharded_stable(groups)
 
@@ -191,30 +175,33 @@ class ZarrChunkStore(ChunkStore):
 
     def _read_sharded_stable(
         self, groups: dict[str, list[ChunkCoord]], want_data: bool = True
-    ) -> dict[ChunkCoord, bytes | None]:
+    ) -> dict[ChunkCoord, bytes | memoryview | None]:
         """:meth:`_read_sharded`, read again while a shard is replaced between the reads of
         its index and of its chunks (which would pair an index with another file's
         bytes), or after its cached index: the indexes of changed shards are read anew.
         Stores without version tokens are read once."""
-        for _ in range(_ATTEMPTS):
-            versions: dict[str, Hashable | None] = {}
-            cached: set[str] = set()
-            try:
-                return dict(self._read_sharded(groups, want_data, versions, cached))
-            except VersionChangedError as e:
-                self.shard_index_cache.discard(e.key)
-            except ShardFormatError:  # e.g. an offset past the end of a shorter new file
+        versions: dict[str, Hashable | None] = {}
+        cached: set[str] = set()
+
+        def read() -> dict[ChunkCoord, bytes | memoryview | None]:
+            versions.clear()
+            cached.clear()
+            return dict(self._read_sharded(groups, want_data, versions, cached))
+
+        def recover(error: Exception) -> bool:
+            """Drop the indexes of the shards that changed (or came from the cache:
+            e.g. an offset past the end of a shorter new file); whether there were any."""
+            if isinstance(error, Stale):
+                stale = [error.key]
+            else:
                 stale = [
                     k for k, v in versions.items() if k in cached or not self.kv.still_at(k, v)
                 ]
-                if not stale:
-                    raise
-                for key in stale:
-                    self.shard_index_cache.discard(key)
-        raise WriteConflictError(
-            f"{self.kv.url}: shards {', '.join(sorted(groups)[:4])} kept changing while "
-            f"being read ({_ATTEMPTS} attempts)"
-        )
+            for key in stale:
+                self.shard_index_cache.discard(key)
+            return bool(stale)
+
+        return retrying(read, recover, f"{self.kv.url}: shards {', '.join(sorted(groups)[:4])}")
 
     def _read_sharded(
         self,
@@ -244,7 +231,7 @@ class ZarrChunkStore(ChunkStore):
         requests = [k if k in whole else (k, layout.index_byte_range()) for k in fetch]
         first: dict[str, bytes] = {}
         for key, (data, version) in zip(
-            fetch, self._get_many(self.kv.get_many_versioned, requests)
+            fetch, self._ranges.get_versioned(requests, explain=self._too_short)
         ):
             if data is None:
                 continue
@@ -254,8 +241,9 @@ class ZarrChunkStore(ChunkStore):
             versions[key] = version
             indexes[key] = layout.decode_index(data, key)
             if version is not None:
-                self.shard_index_cache[key] = _CachedIndex(indexes[key], version)
-        second: list[tuple[str, tuple[int, int], list[tuple[ChunkCoord, int, int]]]] = []
+                self.shard_index_cache[key] = Versioned(indexes[key], version)
+        spans: list[tuple[str, int, int]] = []
+        span_coords: list[ChunkCoord] = []
         for key, data in first.items():
             parts = layout.split_shard(data, key)
             for coord, i in wanted[key].items():
@@ -267,26 +255,17 @@ class ZarrChunkStore(ChunkStore):
                     if index.byte_range(i) is not None:
                         yield coord, None
                 continue
-            for span, members in self._coalesce(index, wanted[key]):
-                second.append((key, span, members))
-        values = self._get_many(
-            self.kv.get_many_if, [(key, span) for key, span, _ in second], versions
-        )
-        for (key, (start, stop), members), data in zip(second, values):
-            if data is None:  # the shard was deleted since its index was read
-                self.shard_index_cache.discard(key)
-                continue
-            if len(data) != stop - start:
-                raise ShardFormatError(
-                    f"{key}: inner chunk bytes [{start}, {stop}) point past the end of the shard"
-                )
-            view = memoryview(data)
-            for coord, a, b in members:
-                yield coord, data if (a, b) == (start, stop) else view[a - start : b - start]
+            for coord, i in wanted[key].items():
+                r = index.byte_range(i)
+                if r is not None:
+                    spans.append((key, *r))
+                    span_coords.append(coord)
+        for n, view in self._ranges.read(spans, versions, self._too_short):
+            yield span_coords[n], view
 
     def _cached_index(
         self, key: str, wanted: dict[ChunkCoord, int], will_read: bool
-    ) -> _CachedIndex | None:
+    ) -> Versioned | None:
         """The cached index of shard ``key``, if it may serve: when some ``wanted`` chunk
         is present in it and will be read (that read checks the shard's version), or else
         when the store reports the shard unchanged (a store that cannot tell, such as S3,
@@ -303,25 +282,6 @@ class ZarrChunkStore(ChunkStore):
             self.shard_index_cache.discard(key)
         return None
 
-    def _coalesce(
-        self, index: ShardIndex, wanted: dict[ChunkCoord, int]
-    ) -> list[tuple[tuple[int, int], list[tuple[ChunkCoord, int, int]]]]:
-        """Byte ranges to fetch for the present ``wanted`` chunks, merging near neighbours."""
-        spans = sorted(
-            (r[0], r[1], coord)
-            for coord, i in wanted.items()
-            if (r := index.byte_range(i)) is not None
-        )
-        out: list[tuple[tuple[int, int], list[tuple[ChunkCoord, int, int]]]] = []
-        for start, stop, coord in spans:
-            if out and start - out[-1][0][1] <= self.coalesce_gap:
-                (lo, hi), members = out[-1]
-                out[-1] = ((lo, max(hi, stop)), members)
-            else:
-                out.append(((start, stop), []))
-            out[-1][1].append((coord, start, stop))
-        return out
-
     def _chunks_in_unit(self, key: str) -> int:
         outer = self.metadata.chunk_key_encoding.coords(key, self.metadata.ndim)
         return math.prod(
@@ -329,17 +289,8 @@ class ZarrChunkStore(ChunkStore):
         )
 
     @staticmethod
-    def _get_many(read: Callable[..., list], requests: list[Request], *args: Any) -> list:
-        """``read(requests, *args)`` (one of the store's get_many methods), with a range
-        past a shard's end reported as ShardFormatError."""
-        if not requests:
-            return []
-        try:
-            return read(requests, *args)
-        except ByteRangeError as e:
-            raise ShardFormatError(
-                f"shard too short for its index or an index entry ({e})"
-            ) from e
+    def _too_short(key: str, size: int) -> str:
+        return f"shard {key!r} has only {size} bytes: too short for its index or an index entry"
 
     # ----------------------------------------------------------------- writes
 

@@ -16,7 +16,6 @@ Compression comes from well-kept libraries: gzip from :mod:`shardvol.compression
 from __future__ import annotations
 
 import struct
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import crc32c as _crc32c
 import imagecodecs
 import numpy as np
 
+from shardvol._ext.staging import staging_buffer
 from shardvol.array.values import is_fill
 from shardvol.compression import gzip_compress, gzip_decompress, is_gzip
 from shardvol.errors import (
@@ -39,22 +39,6 @@ from shardvol.errors import (
 )
 
 JSON = Any
-
-_local = threading.local()
-
-
-def scratch(nbytes: int) -> np.ndarray:
-    """This thread's reusable uint8 buffer of ``nbytes`` (contents undefined).
-
-    Reusing one buffer per thread avoids the page faults of a fresh allocation
-    per chunk, which cost as much as the copy itself.  Callers copy out of it
-    before anything else on the thread can use it again.
-    """
-    buf = getattr(_local, "buf", None)
-    if buf is None or buf.size < nbytes:
-        buf = _local.buf = np.empty(max(nbytes, 1 << 16), np.uint8)
-    return buf[:nbytes]
-
 
 @dataclass(frozen=True)
 class ChunkSpec:
@@ -310,11 +294,12 @@ class BytesCodec(ArrayBytesCodec):
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> np.ndarray:
         """The stored bytes: a view of ``array`` when laid out already, else of this
-        thread's scratch buffer (valid until the thread's next encode)."""
+        thread's staging buffer (valid until the thread's next use of it)."""
         stored_dtype = self.stored_dtype(spec.dtype)
         if array.flags.c_contiguous and array.dtype == stored_dtype:
             return array.reshape(-1).view(np.uint8)
-        stored = scratch(array.size * stored_dtype.itemsize).view(stored_dtype).reshape(array.shape)
+        n = array.size * stored_dtype.itemsize
+        stored = staging_buffer(n)[:n].view(stored_dtype).reshape(array.shape)
         np.copyto(stored, array, casting="unsafe")
         return stored.reshape(-1).view(np.uint8)
 
@@ -651,7 +636,8 @@ class CodecChain:
             if out is not None and out.flags.c_contiguous and out.dtype == spec.dtype:
                 result = out
             elif out is not None:  # decode next to it, then one strided copy into it
-                result = scratch(spec.nbytes).view(spec.dtype).reshape(spec.shape)
+                raw_nbytes = staging_buffer(spec.nbytes)[: spec.nbytes]
+                result = raw_nbytes.view(spec.dtype).reshape(spec.shape)
             else:
                 result = np.empty(spec.shape, spec.dtype)
             raw = result.reshape(-1).view(np.uint8)
