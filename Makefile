@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SOURCES := pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h shardvol/_ext/*.pyx shardvol/_ext/*.pxd)
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
+$(VENV)/.installed-lint: $(VENV)/.installed-test
+	$(BIN)/pip install --quiet -e ".[test,dask,demo,lint]"
+	touch $@
+
+# ruff (rules in pyproject.toml) over the code, tests and benchmarks; mypy over shardvol/
+lint: $(VENV)/.installed-lint
+	$(BIN)/ruff check shardvol tests benchmarks
+	$(BIN)/mypy
+
 $(VENV)/.installed-bench: $(VENV)/.installed-test
 	$(BIN)/pip install --quiet -e ".[test,dask,demo,bench]"
 	touch $@
@@ -33,4 +42,4 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m shardvol bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info shardvol/_ext/*.so shardvol/_ext/*.c
+	rm -rf $(VENV) build *.egg-info shardvol/_ext/*.so shardvol/_ext/*.c .mypy_cache .ruff_cache

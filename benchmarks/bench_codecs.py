@@ -41,7 +41,8 @@ def blocky_segmentation(shape=(512, 512, 128), seed=0) -> np.ndarray:
     cx = np.floor((X + 4 * np.sin(Y / 9 + Z / 13)) / 23)
     cy = np.floor((Y + 5 * np.sin(X / 11 - Z / 7)) / 31)
     cz = np.floor((Z + 3 * np.sin(X / 17 + Y / 5)) / 17)
-    cell = (cx.astype(np.int64) * 7919 + cy.astype(np.int64) * 104729 + cz.astype(np.int64) * 1299709)
+    cell = (cx.astype(np.int64) * 7919 + cy.astype(np.int64) * 104729
+            + cz.astype(np.int64) * 1299709)
     ids = rng.integers(1, 2**63, 4096, dtype=np.uint64)
     return np.asfortranarray(ids[cell % len(ids)])[..., None]
 
@@ -105,12 +106,14 @@ def bench_cseg(name: str, volume: np.ndarray) -> None:
     mb = nbytes / 1e6
     ratio = sum(map(len, encoded)) / nbytes
     print(f"\ncompressed_segmentation, {name} ({len(chunks)} chunks, encoded/raw {ratio:.4f})")
-    print(f"  decode  shardvol new array   {mb / t_new:9.0f} MB/s  (x{t_pkg / t_new:.2f} vs package)")
+    print(f"  decode  shardvol new array   {mb / t_new:9.0f} MB/s  "
+          f"(x{t_pkg / t_new:.2f} vs package)")
     print(f"  decode  package new array    {mb / t_pkg:9.0f} MB/s")
-    print(f"  decode  shardvol into volume {mb / t_into:9.0f} MB/s  (x{t_pkg_copy / t_into:.2f} vs package"
-          " + copy)")
+    print(f"  decode  shardvol into volume {mb / t_into:9.0f} MB/s  "
+          f"(x{t_pkg_copy / t_into:.2f} vs package + copy)")
     print(f"  decode  package + copy       {mb / t_pkg_copy:9.0f} MB/s")
-    print(f"  encode  shardvol             {mb / t_enc:9.0f} MB/s  (x{t_pkg_enc / t_enc:.2f} vs package)")
+    print(f"  encode  shardvol             {mb / t_enc:9.0f} MB/s  "
+          f"(x{t_pkg_enc / t_enc:.2f} vs package)")
     print(f"  encode  package              {mb / t_pkg_enc:9.0f} MB/s")
     if len(chunks) >= 8:
         bufs = [np.empty(chunks[0].shape, np.uint64, order="F") for _ in range(2)]
@@ -155,7 +158,8 @@ def bench_reference_codecs() -> None:
                           rng.integers(0, 2**63, (CHUNK,) * 3 + (1,), dtype=np.uint64))
     bench_reference_codec("raw uint8", "raw", smooth[..., None])
     bench_reference_codec("jpeg uint8 1ch q75", "jpeg", smooth[..., None])
-    bench_reference_codec("jpeg uint8 3ch q75", "jpeg", np.stack([smooth, smooth[::-1], smooth.T], 3))
+    bench_reference_codec("jpeg uint8 3ch q75", "jpeg",
+                          np.stack([smooth, smooth[::-1], smooth.T], 3))
     bench_reference_codec("png uint8 1ch", "png", smooth[..., None])
     bench_reference_codec("png uint16 1ch", "png", smooth[..., None].astype(np.uint16) * 200)
 
@@ -180,18 +184,21 @@ def bench_jpeg() -> None:
         box = (*cutout, slice(0, c))
         box_view = volume[:44, :40, :34]
 
-        def full_reference():
+        # The closures run within this iteration; the defaults bind this iteration's values.
+        def full_reference(data=data, whole_view=whole_view, c=c):
             img = imagecodecs.jpeg8_decode(data)
             whole_view[...] = img.reshape(CHUNK, CHUNK, CHUNK, c).transpose(2, 1, 0, 3)
 
-        def box_reference():
+        def box_reference(data=data, box_view=box_view, c=c, box=box):
             img = imagecodecs.jpeg8_decode(data)
             box_view[...] = img.reshape(CHUNK, CHUNK, CHUNK, c).transpose(2, 1, 0, 3)[box]
 
         runs = {
-            "full": (lambda: codec.decode(data, a.shape, out=whole_view), full_reference),
+            "full": (lambda codec=codec, data=data, a=a, whole_view=whole_view:
+                     codec.decode(data, a.shape, out=whole_view), full_reference),
             "cutout [20:64, 0:40, 30:64]": (
-                lambda: codec.decode_region(data, a.shape, box, box_view), box_reference),
+                lambda codec=codec, data=data, a=a, box=box, box_view=box_view:
+                codec.decode_region(data, a.shape, box, box_view), box_reference),
         }
         for name, (ours, ref) in runs.items():
             t_ours, t_ref = (best_of(lambda f=f: [f() for _ in range(20)], 9) / 20

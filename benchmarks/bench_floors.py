@@ -162,7 +162,7 @@ def bench(ds: Dataset, path: str, data: np.ndarray, sizes: Sizes, scratch: str,
     floors = Floors(path, ds, data, boxes)
     libs = {"TensorStore": TensorStore(), "shardvol": Shardvol()}
     t = {k: {"full": np.inf, "cut": np.inf, "write": np.inf} for k in libs}
-    f = {k: np.inf for k in ("decode", "cut", "encode", "disk")}
+    f = dict.fromkeys(("decode", "cut", "encode", "disk"), np.inf)
     for _ in range(repeat):  # interleaved: libraries and floors share the machine's load
         for name, lib in libs.items():
             prefault(data.nbytes)

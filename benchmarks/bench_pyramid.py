@@ -1,4 +1,5 @@
-"""End-to-end pyramid: 3 new sharded gzip scales of the 512^3 sharded image, shardvol vs TensorStore.
+"""End-to-end pyramid: 3 new sharded gzip scales of the 512^3 sharded image,
+shardvol vs TensorStore.
 
 Source: bench_volume's "raw sharded" dataset (smooth noisy uint8 512^3, 64^3 chunks, identity
 hash, preshift 3 / minishard 3 / shard 3, gzip), written by TensorStore.  Each repetition
@@ -30,9 +31,9 @@ import numpy as np
 import tensorstore as ts
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_volume as bv  # noqa: E402  (the datasets)
+import bench_volume as bv
 
-import shardvol  # noqa: E402
+import shardvol
 
 FACTOR = (2, 2, 1)
 MIPS = 3

@@ -23,7 +23,8 @@ over) outside the timed part, after touching as much memory as a full read retur
 prefault()); creating the volume is part of the timed write, which starts after os.sync()
 (CloudVolume does not fsync: its files would be written back during the next library's
 write).  The libraries are interleaved (A B C A B C ...) so they share the machine's load,
-and the best of ``--repeat`` runs is kept.  The page cache is warm: every library reads every dataset once
+and the best of ``--repeat`` runs is kept.  The page cache is warm: every library reads every
+dataset once
 (untimed) first, and checks that it reads the same array as shardvol; after the timings,
 what each library wrote is read back by TensorStore and checked.
 
@@ -259,7 +260,7 @@ class CloudVolumeLib:
     def read(self, h: Any, box: tuple[slice, ...] | None) -> np.ndarray:
         return np.asarray(h[:, :, :] if box is None else h[box[:3]])
 
-    def write(self, path: str, ds: Dataset, data: np.ndarray) -> None | str:
+    def write(self, path: str, ds: Dataset, data: np.ndarray) -> str | None:
         if ds.sharding:
             return "n/a"
         info = self.cls.create_new_info(

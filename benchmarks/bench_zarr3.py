@@ -52,7 +52,8 @@ def segmentation(shape) -> np.ndarray:
     rng = np.random.default_rng(1)
     cells = [s // 24 + 1 for s in shape]
     labels = rng.integers(1, 2**40, cells, dtype=np.uint64)
-    idx = np.ix_(*(np.minimum((np.arange(s) + (7 * d)) // 24, c - 1) for d, (s, c) in enumerate(zip(shape, cells))))  # fmt: skip
+    idx = np.ix_(*(np.minimum((np.arange(s) + (7 * d)) // 24, c - 1)
+                   for d, (s, c) in enumerate(zip(shape, cells))))
     return labels[idx]
 
 
@@ -98,8 +99,9 @@ def zarr_write(path, meta, data):
 
     doc = meta.to_json()["codecs"][0]
     serializer = get_codec_class(doc["name"]).from_dict(doc)
-    arr = zarr.create_array(store=path, shape=meta.shape, dtype=meta.dtype, chunks=meta.chunk_shape,
-                            serializer=serializer, compressors=None, fill_value=0, overwrite=True)  # fmt: skip
+    arr = zarr.create_array(store=path, shape=meta.shape, dtype=meta.dtype,
+                            chunks=meta.chunk_shape, serializer=serializer, compressors=None,
+                            fill_value=0, overwrite=True)
     arr[...] = data
 
 
@@ -137,7 +139,9 @@ def cutout_boxes(shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
 
 WRITERS = {"shardvol": shardvol_write, "tensorstore": ts_write, "zarr-python": zarr_write}
 READERS = {"shardvol": shardvol_read, "tensorstore": ts_read, "zarr-python": zarr_read}
-CUTOUT_READERS = {"shardvol": shardvol_cutouts, "tensorstore": ts_cutouts, "zarr-python": zarr_cutouts}
+CUTOUT_READERS = {
+    "shardvol": shardvol_cutouts, "tensorstore": ts_cutouts, "zarr-python": zarr_cutouts,
+}
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -173,7 +177,8 @@ def main() -> None:
           f"full-array writes; shards {SHARD}, inner {INNER}; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; best of {args.repeat} "
           f"interleaved rounds; MB/s of uncompressed data; xN = shardvol's speed-up")  # fmt: skip
-    header = f"{'':5} {'case':<19} {'codec':<5} | {'shardvol':>8} | {'tensorstore':>11} {'':>7} | {'zarr-python':>11} {'':>7}"
+    header = (f"{'':5} {'case':<19} {'codec':<5} | {'shardvol':>8} | "
+              f"{'tensorstore':>11} {'':>7} | {'zarr-python':>11} {'':>7}")
     print(header)
     try:
         for vname, data, cname in cases:

@@ -91,7 +91,7 @@ def run_parallel(fn: Callable[[T], None], items: Sequence[T], parallel: int) -> 
             if item is _END:
                 return
             try:
-                fn(item)  # type: ignore[arg-type]
+                fn(item)  # type: ignore[arg-type]  # an item: not the _END sentinel
             except BaseException as e:
                 failed.append(e)
                 return

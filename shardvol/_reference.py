@@ -150,7 +150,8 @@ def downsample(array: np.ndarray, factor, method: str, phase=(0, 0, 0)) -> np.nd
             tuple(slice(max(0, i * f - p), (i + 1) * f - p) for i, f, p in zip(o, factor, phase))
         ]
         for c in range(array.shape[3]):
-            out[(*o, c)] = _pool_block(block[..., c].ravel(order="F"), method)
+            at = (*o, c)  # (star unpacking inside [...] needs Python 3.11)
+            out[at] = _pool_block(block[..., c].ravel(order="F"), method)
     return out
 
 

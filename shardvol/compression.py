@@ -21,14 +21,15 @@ MAX_LEVEL = 12  # libdeflate's levels: 0 stores, 1 is fastest, 9 is zlib's best,
 _MAX_DEFLATE_RATIO = 1032  # the most a deflate stream inflates (258 bytes per 2 bits)
 
 
-def is_gzip(data: bytes) -> bool:
+def is_gzip(data: bytes | memoryview) -> bool:
     """Whether ``data`` starts with the gzip magic bytes."""
     return data[:2] == GZIP_MAGIC
 
 
-def gzip_compress(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
+def gzip_compress(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bytes:
     """Standard gzip of ``data`` (libdeflate)."""
-    return imagecodecs.gzip_encode(data, level=level)
+    out = imagecodecs.gzip_encode(data, level=level)  # type: ignore[arg-type]  # takes any buffer
+    return out  # type: ignore[return-value]  # imagecodecs returns bytes without out=
 
 
 def check_level(level: object) -> int:
@@ -42,7 +43,7 @@ def check_level(level: object) -> int:
 
 
 def gzip_decompress(
-    data: bytes,
+    data: bytes | memoryview,
     context: str,
     error: type[ShardvolError],
     expected_size: int | None = None,
@@ -67,7 +68,8 @@ def gzip_decompress(
     out = None
     if trailer <= len(data) * _MAX_DEFLATE_RATIO and (limit is None or trailer <= limit):
         try:
-            out = imagecodecs.gzip_decode(data)  # sized by the trailer
+            # (sized by the trailer)
+            out = imagecodecs.gzip_decode(data)  # type: ignore[arg-type]  # takes any buffer
         except Exception:  # corrupt, or several members
             out = None
     # libdeflate decodes only the first member: several members are decoded again
@@ -75,11 +77,11 @@ def gzip_decompress(
         out = _decompress_members(data, context, error, limit)
     if expected_size is not None and len(out) != expected_size:
         raise error(f"{context}: gzip data decodes to {len(out)} bytes, expected {expected_size}")
-    return out
+    return out  # type: ignore[return-value]  # imagecodecs returns bytes without out=
 
 
 def _decompress_members(
-    data: bytes, context: str, error: type[ShardvolError], limit: int | None
+    data: bytes | memoryview, context: str, error: type[ShardvolError], limit: int | None
 ) -> bytes:
     """Every member of a gzip stream, inflated at most ``limit`` bytes (+1, to tell)."""
     parts = []

@@ -11,6 +11,7 @@ import argparse
 import os
 import tempfile
 import time
+from typing import Literal
 
 import numpy as np
 
@@ -35,7 +36,11 @@ def _tensorstore_read(path: str, scale_index: int = 0) -> np.ndarray | None:
     return ts.open(spec).result().read().result()
 
 
-def _tensorstore_downsample(path: str, factor, method: str) -> np.ndarray | None:
+#: tensorstore.downsample's methods
+_Method = Literal["stride", "median", "mode", "mean", "min", "max"]
+
+
+def _tensorstore_downsample(path: str, factor, method: _Method) -> np.ndarray | None:
     try:
         import tensorstore as ts
     except ImportError:
@@ -44,7 +49,7 @@ def _tensorstore_downsample(path: str, factor, method: str) -> np.ndarray | None
     return ts.downsample(ts.open(spec).result(), [*factor, 1], method).read().result()
 
 
-def _check_pyramid(path: str, mips, factor, method: str) -> None:
+def _check_pyramid(path: str, mips, factor, method: _Method) -> None:
     for k, mip in enumerate(mips, start=1):
         f = [v**k for v in factor]
         ours = mip[...]
@@ -75,6 +80,7 @@ def image_demo(workdir: str) -> None:
                                  chunk_size=(64, 64, 64), data_type="uint8", sharding="auto",
                                  overwrite=True)
     shape = vol.shard_shape
+    assert vol.sharding is not None  # (sharding="auto" always shards)
     print(f"  auto sharding: {vol.sharding.to_dict()} -> shards of {shape} voxels")
     x, y, z = np.meshgrid(*(np.arange(n) for n in size), indexing="ij")
     rng = np.random.default_rng(0)
@@ -88,9 +94,14 @@ def image_demo(workdir: str) -> None:
     _check("image", out, model, path)
     cut = vol[150:200, 20:90, 0:10]
     assert np.array_equal(cut, model[50:100, 20:90, 20:30])
-    print(f"  cutout vol[150:200, 20:90, 0:10] -> {cut.shape} {cut.dtype} (x, y, z, c), Fortran order")
-    mips = _timed("downsample: 3 mips (2, 2, 1), mean, sharded",
-                  lambda: shardvol.downsample(vol, (2, 2, 1), 3, progress=False), model.nbytes)
+    print(
+        f"  cutout vol[150:200, 20:90, 0:10] -> {cut.shape} {cut.dtype} (x, y, z, c), Fortran order"
+    )
+    mips = _timed(
+        "downsample: 3 mips (2, 2, 1), mean, sharded",
+        lambda: shardvol.downsample(vol, (2, 2, 1), 3, progress=False),
+        model.nbytes,
+    )
     _check_pyramid(path, mips, (2, 2, 1), "mean")
 
 
@@ -98,12 +109,25 @@ def segmentation_demo(workdir: str) -> None:
     path = os.path.join(workdir, "segmentation")
     size = (192, 160, 64)
     print(f"segmentation: uint64 {size}, compressed_segmentation 8^3 blocks, murmurhash sharding")
-    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
-            "preshift_bits": 0, "minishard_bits": 3, "shard_bits": 2,
-            "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
-    vol = shardvol.Volume.create(path, type="segmentation", size=size, data_type="uint64",
-                                 chunk_size=(64, 64, 32), encoding="compressed_segmentation",
-                                 sharding=spec, overwrite=True)
+    spec = {
+        "@type": "neuroglancer_uint64_sharded_v1",
+        "hash": "murmurhash3_x86_128",
+        "preshift_bits": 0,
+        "minishard_bits": 3,
+        "shard_bits": 2,
+        "minishard_index_encoding": "gzip",
+        "data_encoding": "gzip",
+    }
+    vol = shardvol.Volume.create(
+        path,
+        type="segmentation",
+        size=size,
+        data_type="uint64",
+        chunk_size=(64, 64, 32),
+        encoding="compressed_segmentation",
+        sharding=spec,
+        overwrite=True,
+    )
     rng = np.random.default_rng(1)
     labels = rng.integers(1, 2**63, 300, dtype=np.uint64)
     blocks = rng.integers(0, 300, (24, 20, 8))
@@ -111,8 +135,11 @@ def segmentation_demo(workdir: str) -> None:
     _timed("write the whole volume", lambda: vol.__setitem__(np.s_[...], model), model.nbytes)
     out = _timed("read the whole volume", lambda: vol[...], model.nbytes)
     _check("segmentation", out, model, path)
-    mips = _timed("downsample: 2 mips (2, 2, 2), mode", lambda: shardvol.downsample(
-        vol, (2, 2, 2), 2, sharding=None, progress=False), model.nbytes)
+    mips = _timed(
+        "downsample: 2 mips (2, 2, 2), mode",
+        lambda: shardvol.downsample(vol, (2, 2, 2), 2, sharding=None, progress=False),
+        model.nbytes,
+    )
     _check_pyramid(path, mips, (2, 2, 2), "mode")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, overload
 
 from shardvol.errors import InfoError, InvalidArgumentError
 from shardvol.kvstore import KVStore, open_store
@@ -16,6 +16,10 @@ FORMATS = ("precomputed", "zarr3")
 _PREFIXES = {"precomputed://": "precomputed", "zarr3://": "zarr3", "zarr://": "zarr3"}
 
 
+@overload
+def split_format(url_or_store: str) -> tuple[str | None, str]: ...
+@overload
+def split_format(url_or_store: KVStore) -> tuple[None, KVStore]: ...
 def split_format(url_or_store: str | KVStore) -> tuple[str | None, str | KVStore]:
     """``(format, rest)`` of a URL with a Neuroglancer-style format prefix, else ``(None, url)``."""
     if isinstance(url_or_store, str):

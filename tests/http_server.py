@@ -51,7 +51,7 @@ class RangeHandler(SimpleHTTPRequestHandler):
                 self.end_headers()
                 return None
             status = 206
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - returned to the caller, which closes it
         f.seek(start)
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
@@ -77,7 +77,10 @@ class StaticServer:
         self.if_match_seen: list[str] = []  # If-Match headers received (weak_etags only)
         attrs = {"weak_etags": weak_etags, "if_match_seen": self.if_match_seen}
         handler_class = type("Handler", (RangeHandler,), attrs)
-        handler = lambda *a, **k: handler_class(*a, directory=directory, **k)
+
+        def handler(*a, **k):
+            return handler_class(*a, directory=directory, **k)
+
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

@@ -66,7 +66,7 @@ class DictStore(ChunkStore):
     def unit_chunks(self, unit):
         g = self.grid.grid_shape
         return [
-            (x, y) + rest
+            (x, y, *rest)
             for x in range(2 * unit[0], min(2 * unit[0] + 2, g[0]))
             for y in range(2 * unit[1], min(2 * unit[1] + 2, g[1]))
             for rest in np.ndindex(*g[2:])

@@ -117,7 +117,9 @@ def test_create_refuses_to_overwrite(capsys, tmp_path):
     assert run_cli(capsys, "-q", "create", path, "--size", "10", "10", "10")[0] == 0
     code, _, err = run_cli(capsys, "create", path, "--size", "10", "10", "10")
     assert code == 1 and "already holds a volume" in err and len(err.splitlines()) == 1
-    assert run_cli(capsys, "create", path, "--size", "20", "10", "10", "--overwrite", "-q") == (0, "", "")
+    assert run_cli(
+        capsys, "create", path, "--size", "20", "10", "10", "--overwrite", "-q"
+    ) == (0, "", "")
     assert Volume(path).shape == (20, 10, 10, 1)
 
 

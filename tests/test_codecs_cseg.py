@@ -96,7 +96,7 @@ def test_bit_widths_up_to_32_and_full_64_bit_labels():
     for n in (1, 2, 3, 4, 5, 16, 17, 256, 257, 65536, 65537):
         shape = (64, 32, 33) if n > 256 else (8, 8, 8)  # one block holding all n labels
         labels = rng.permutation(np.arange(n, dtype=np.uint64) * 0x0101010101 + 2**63)
-        a = np.resize(labels, np.prod(shape)).reshape(shape + (1,), order="F")
+        a = np.resize(labels, np.prod(shape)).reshape((*shape, 1), order="F")
         block = shape
         c = codec("uint64", 1, block)
         data = c.encode(a)

@@ -120,7 +120,9 @@ def test_volume_levels_read_by_tensorstore_and_cloudvolume(tmp_path):
 @pytest.mark.parametrize("bad", [-1, 13, 2.0, "6", True])
 def test_bad_levels(tmp_path, bad):
     make(str(tmp_path), None, smooth_image((16, 16, 16)))
-    with pytest.raises(InvalidArgumentError, match=r"compress_level must be an integer in \[0, 12\]"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"compress_level must be an integer in \[0, 12\]"
+    ):
         Volume(str(tmp_path), compress_level=bad)
 
 

@@ -203,7 +203,8 @@ def test_tasks_own_whole_output_units(tmp_path, monkeypatch):
     """Planned boxes tile the volume, never share an output shard, and respect TASK_BYTES."""
     monkeypatch.setattr(convert, "TASK_BYTES", 6 * 8 * 8 * 4 * 2)
     arr = shardvol.zarr3.create(str(tmp_path / "a.zarr"), (50, 30, 9, 1), "uint16", (8, 8, 4, 1),
-                                (4, 4, 2, 1), attributes={"precomputed": {"voxel_offset": [1, 2, 3]}})  # fmt: skip
+                                (4, 4, 2, 1),
+                                attributes={"precomputed": {"voxel_offset": [1, 2, 3]}})
     geometry = convert.zarr_geometry(arr)
     frame = convert.ZarrFrame(arr)
     ep = convert.Endpoint("zarr3", arr.url)
@@ -226,8 +227,9 @@ def test_zarr_with_named_axes_in_another_order(tmp_path):
     spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": path},
             "metadata": {"shape": list(data.shape), "data_type": "uint16",
                          "dimension_names": ["z", "y", "x"],
-                         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4, 4]}}},
-            "schema": {"dimension_units": ["40nm", "8nm", "8nm"]}}  # fmt: skip
+                         "chunk_grid": {"name": "regular",
+                                        "configuration": {"chunk_shape": [4, 4, 4]}}},
+            "schema": {"dimension_units": ["40nm", "8nm", "8nm"]}}
     ts.open(spec, create=True).result()[...].write(data).result()
     dst = str(tmp_path / "out")
     vol = shardvol.copy(path, dst, sharding=None, progress=False)

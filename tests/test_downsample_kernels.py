@@ -57,7 +57,7 @@ def tensorstore_or_reference(a: np.ndarray, origin, factor, method: str) -> np.n
 def sample(rng: np.random.Generator, dtype, shape) -> np.ndarray:
     """Random values with ties and negatives, or the dtype's full range."""
     dtype = np.dtype(dtype)
-    if dtype == bool:
+    if dtype.kind == "b":
         return np.asfortranarray(rng.integers(0, 2, shape).astype(bool))
     if dtype.kind == "f":
         if rng.random() < 0.5:  # few distinct values: mode ties, exact halves

@@ -43,7 +43,7 @@ def test_views_keep_the_block_and_freed_blocks_never_alias_live_arrays():
         del a
         if i % 3 == 0:
             live.pop(0)  # its block goes back to the cache
-        for j, v in enumerate(live):
+        for v in live:
             assert v.base is not None and (v == v.flat[0]).all()
     assert len({int(v.flat[0]) for v in live}) == len(live)
 

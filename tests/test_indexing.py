@@ -34,8 +34,8 @@ def local_key(key, origin, shape):
     """The same selection expressed on a 0-based numpy array (reference semantics)."""
     items = list(key) if isinstance(key, tuple) else [key]
     out = []
-    for item, o, n in zip(items, origin, shape):
-        def loc(i):
+    for item, o, _n in zip(items, origin, shape):
+        def loc(i, o=o):  # called within this iteration; the default binds this iteration's o
             if i is None:
                 return None
             return i - o if (i >= 0 or o < 0) else i  # negative from the end when o >= 0
@@ -66,7 +66,8 @@ def test_chunk_parts_match_numpy(key, origin):
     # CASES are written for a 0-based array: shift their non-negative values by the origin
     def glob(k, o):
         if isinstance(k, slice):
-            return slice(*(None if v is None else (v + o if v >= 0 else v) for v in (k.start, k.stop)), k.step)
+            return slice(*(None if v is None else (v + o if v >= 0 else v)
+                           for v in (k.start, k.stop)), k.step)
         if isinstance(k, int):
             return k + o if k >= 0 else k
         return k

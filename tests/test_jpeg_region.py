@@ -138,7 +138,8 @@ ENCODERS = {
     "pillow progressive": lambda img: pillow_jpeg(img, quality=80, progressive=True),
     "pillow restart markers every 3 MCUs": lambda img: pillow_jpeg(img, restart_marker_blocks=3),
     "pillow restart markers every MCU row": lambda img: pillow_jpeg(img, restart_marker_rows=1),
-    "pillow optimized 4:2:2": lambda img: pillow_jpeg(img, quality=90, subsampling=1, optimize=True),
+    "pillow optimized 4:2:2":
+        lambda img: pillow_jpeg(img, quality=90, subsampling=1, optimize=True),
     "pillow 4:1:1": lambda img: pillow_jpeg(img, subsampling="4:1:1"),
     "imagecodecs 4:4:4": lambda img: imagecodecs.jpeg8_encode(img, level=60, subsampling="444"),
     "imagecodecs 4:4:0": lambda img: imagecodecs.jpeg8_encode(img, level=60, subsampling="440"),
@@ -196,8 +197,8 @@ def test_tensorstore_chunks_and_cutouts_are_bit_identical(tmp_path, channels):
     rng = np.random.default_rng(channels)
     for _ in range(12):
         lo = [int(rng.integers(0, n)) for n in size]
-        hi = [int(rng.integers(l + 1, n + 1)) for l, n in zip(lo, size)]
-        sel = tuple(slice(l, h) for l, h in zip(lo, hi))
+        hi = [int(rng.integers(start + 1, n + 1)) for start, n in zip(lo, size)]
+        sel = tuple(slice(start, stop) for start, stop in zip(lo, hi))
         np.testing.assert_array_equal(vol[sel], ts_all[sel], err_msg=str(sel))
 
 
@@ -228,7 +229,8 @@ def test_c_differential_fuzzer(tmp_path):
     subprocess.run([*cc, "-std=c99", "-O1", "-DSV_STREAM_MIN_SPAN=4096", f"-I{ROOT / 'csrc'}",
                     str(ROOT / "tests/c/fuzz_jpeg.c"), str(ROOT / "csrc/jpeg.c"), "-ljpeg",
                     "-o", str(exe)], check=True)
-    run = subprocess.run([str(exe), "300"], capture_output=True, text=True, timeout=120, check=False)
+    run = subprocess.run([str(exe), "300"], capture_output=True, text=True, timeout=120,
+                         check=False)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("300 chunks, 3600 boxes exact"), run.stdout
 
@@ -272,9 +274,9 @@ def test_truncation_and_boxes():
     cut = data[: scan_start(data) + (len(data) - scan_start(data)) * 6 // 10]
     np.testing.assert_array_equal(decode_into_view(codec, cut, shape, early), whole[early])
     for box in (late, (slice(0, 1), slice(15, 16), slice(7, 8), slice(0, 1))):
-        with pytest.raises(ChunkDecodeError, match="^k: corrupt jpeg data: Premature end"):
+        with pytest.raises(ChunkDecodeError, match=r"^k: corrupt jpeg data: Premature end"):
             decode_into_view(codec, cut, shape, box, "k")
-    with pytest.raises(ChunkDecodeError, match="^k: corrupt jpeg data"):
+    with pytest.raises(ChunkDecodeError, match=r"^k: corrupt jpeg data"):
         decode_into_view(codec, data[: scan_start(data) + 50], shape, early, "k")
 
 
@@ -302,7 +304,7 @@ def test_not_jpeg_and_garbage():
              (after_frame + garbage, "corrupt jpeg data"),
              (data[:scan_start(data)] + garbage, "corrupt jpeg data")]
     for bad, words in cases:
-        with pytest.raises(ChunkDecodeError, match="^g/1: ") as e:
+        with pytest.raises(ChunkDecodeError, match=r"^g/1: ") as e:
             codec.decode(bad, shape, context="g/1")
         assert words in str(e.value)
 

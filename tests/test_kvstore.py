@@ -96,7 +96,7 @@ class StoreContract:
         assert store.list("zzz/") == []
 
     def test_overwrite_and_delete(self, pair):
-        store, writer = pair
+        store, _ = pair
         if store.read_only:
             with pytest.raises(ReadOnlyStoreError):
                 store.set("x", b"1")
@@ -175,7 +175,7 @@ class TestFileStore(StoreContract):
         del out[40], reqs[40]
         assert out == [VALUE[a:b] for _, (a, b) in reqs]
         with pytest.raises(ByteRangeError, match="f2"):
-            s.get_many(reqs + [("f2", (len(VALUE) - 1, len(VALUE) + 1))])
+            s.get_many([*reqs, ("f2", (len(VALUE) - 1, len(VALUE) + 1))])
 
     def test_reads_report_the_version_of_the_file_read(self, tmp_path):
         s = FileStore(str(tmp_path))
@@ -390,7 +390,7 @@ def _cross_wait(root: str, mine: str, theirs: str, holding: list, i: int, errors
         try:
             with s.lock(theirs):
                 pass
-        except Exception as e:  # noqa: BLE001 - reported to the test
+        except Exception as e:
             errors.put(repr(e))
 
     with s.lock(mine):
@@ -462,7 +462,8 @@ def test_http_server_that_ignores_range_requests(tmp_path):
             assert store.get("v", (-7, None)) == VALUE[-7:]
             assert store.get("v", (10, None)) == VALUE[10:]
             assert store.get_many_versioned([("v", (10, None))])[0][0] == VALUE[10:]
-            for past in ((-(len(VALUE) + 1), None), (500, len(VALUE) + 500), (len(VALUE) + 1, None)):
+            for past in ((-(len(VALUE) + 1), None), (500, len(VALUE) + 500),
+                         (len(VALUE) + 1, None)):
                 with pytest.raises(ByteRangeError):
                     store.get("v", past)
     finally:
@@ -581,9 +582,11 @@ def test_writing_or_locking_under_a_file_raises_store_errors_naming_the_key(tmp_
     s.set("a", b"file")
     with pytest.raises(StoreError, match=r"cannot write 'a/b' in file://.*Not a directory"):
         s.set("a/b", b"1")
-    with pytest.raises(StoreError, match=r"cannot lock 'a/b' in file://.*Not a directory"):
-        with s.lock("a/b"):
-            pass
+    with (
+        pytest.raises(StoreError, match=r"cannot lock 'a/b' in file://.*Not a directory"),
+        s.lock("a/b"),
+    ):
+        pass
     assert sorted(os.listdir(tmp_path)) == ["a"] and s.get("a") == b"file"
 
 

@@ -194,7 +194,8 @@ def screenshot_when_loaded(viewer, size: tuple[int, int], timeout: float = 45):
             try:
                 shot = replies.get(timeout=timeout).screenshot
             except queue.Empty:
-                raise AssertionError(f"Neuroglancer did not finish loading in {timeout} s") from None
+                raise AssertionError(
+                    f"Neuroglancer did not finish loading in {timeout} s") from None
             if (shot.width, shot.height) == tuple(size):
                 return shot
         raise AssertionError(f"screenshot size {shot.width}x{shot.height}, wanted {size}")
@@ -235,7 +236,8 @@ def test_neuroglancer_draws_shardvol_volumes(tmp_path):
             s.layers["image"] = neuroglancer.ImageLayer(source=f"precomputed://{base}/image")
             s.layers["segmentation"] = neuroglancer.SegmentationLayer(
                 source=f"precomputed://{base}/seg", selected_alpha=1.0,
-                segment_colors={sid: "#{:02x}{:02x}{:02x}".format(*rgb) for sid, _, _, rgb in SEGMENTS},
+                segment_colors={sid: "#{:02x}{:02x}{:02x}".format(*rgb)
+                                for sid, _, _, rgb in SEGMENTS},
             )
             s.dimensions = neuroglancer.CoordinateSpace(
                 names=["x", "y", "z"], units="nm", scales=RESOLUTION)
@@ -288,7 +290,7 @@ def test_neuroglancer_draws_shardvol_volumes(tmp_path):
 
     # image pixels (away from the discs and the volume's outline) equal the voxels
     background = np.ones(labels.shape, bool)
-    for sid, (cx, cy), r, _ in SEGMENTS:
+    for _sid, (cx, cy), r, _ in SEGMENTS:
         xx, yy = np.ogrid[: SIZE[0], : SIZE[1]]
         background &= (xx - cx) ** 2 + (yy - cy) ** 2 > (r + 2) ** 2
     background[:2] = background[-2:] = False

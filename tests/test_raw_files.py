@@ -42,7 +42,8 @@ def _random(shape, dtype, rng):
     return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     dtype=st.sampled_from(["uint8", "int16", "uint32", "float32", "uint64"]),
     channels=st.integers(1, 3),
@@ -192,8 +193,8 @@ def test_c_kernel_checker(tmp_path):
     subprocess.run([*cc, "-std=c99", "-O1", "-DSV_STREAM_MIN_SPAN=4096", f"-I{root / 'csrc'}",
                     str(root / "tests/c/fuzz_rawfile.c"), str(root / "csrc/rawfile.c"), "-o",
                     str(exe)], check=True)
-    run = subprocess.run([str(exe), "3000", str(tmp_path / "chunk")], capture_output=True, check=False,
-                         text=True, timeout=120)
+    run = subprocess.run([str(exe), "3000", str(tmp_path / "chunk")], capture_output=True,
+                         check=False, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     words = run.stdout.split()  # "<n> read, <m> left to the generic path"
     read, left = int(words[0]), int(words[2])

@@ -253,7 +253,8 @@ def test_absolute_paths_stay_inside(server, tmp_path):
 def test_resolve_unit(tree):
     root = os.path.realpath(tree[0])
     assert resolve(root, "/vol/link_in") == os.path.join(root, "vol", "data.bin")
-    assert resolve(root, "/vol/sub/a%20b%25.bin?x=1#y") == os.path.join(root, "vol", "sub", "a b%.bin")
+    assert resolve(root, "/vol/sub/a%20b%25.bin?x=1#y") == os.path.join(
+        root, "vol", "sub", "a b%.bin")
     assert resolve(root, "/vol") is None  # directories are not served
     assert resolve(root, "/") is None
 

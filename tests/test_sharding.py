@@ -412,10 +412,10 @@ def test_caches_are_lru_resizable_and_invalidated():
     reader.invalidate(fn)
     assert fn not in reader.shard_index_cache
     assert reader.get_data(key) == b"new"
-    write_shards(store, spec, {k: b"x" for k in data})
+    write_shards(store, spec, dict.fromkeys(data, b"x"))
     reader.invalidate()
     assert len(reader.shard_index_cache) == len(reader.minishard_index_cache) == 0
-    assert reader.get_data_many(list(data)) == {k: b"x" for k in data}
+    assert reader.get_data_many(list(data)) == dict.fromkeys(data, b"x")
     with pytest.raises(ValueError):
         reader.minishard_index_cache.resize(-1)
 
@@ -438,7 +438,7 @@ def test_gzip_values_inflating_past_max_value_size_are_shard_format_errors():
     assert reader.get_data(6) == b"fine"
     with pytest.raises(ShardFormatError, match="data of key 5: gzip data decodes to more than"):
         reader.get_data_many([5, 6])
-    with pytest.raises(ShardFormatError, match="key 5.*more than 1048576 bytes"):
+    with pytest.raises(ShardFormatError, match=r"key 5.*more than 1048576 bytes"):
         dict(reader.iter_data_many([5]))
     [(_, stored)] = reader.iter_data_many([5], decode=False)
     with pytest.raises(ShardFormatError, match="v: gzip data decodes to more than"):
@@ -545,7 +545,7 @@ def test_update_shard_keeps_everything_else(encoding):
     write_shards(store, spec, model)
     reader = ShardReader(store, spec)
     reader.get_data_many(list(model))
-    for step in range(6):
+    for _step in range(6):
         keys = list(model)
         put = {rng.choice(keys): rng.randbytes(5) for _ in range(10)}  # replacements
         put.update({rng.getrandbits(64): rng.randbytes(rng.randint(0, 9)) for _ in range(10)})
@@ -673,7 +673,8 @@ def test_minishard_index_decoding_matches_the_reference(indexes, base):
         m, kind, entry = failure
         text = {"duplicate": "duplicate key", "key overflow": "key deltas overflow",
                 "offset overflow": "data offset/size sums overflow"}[kind]
-        with pytest.raises(ShardFormatError, match=rf"s\.shard: minishard {m}: {text}.* {entry}\)?$"):
+        with pytest.raises(ShardFormatError,
+                           match=rf"s\.shard: minishard {m}: {text}.* {entry}\)?$"):
             decode_minishard_indexes(bufs, spec, base, "s.shard", list(range(len(bufs))))
 
 
@@ -849,7 +850,7 @@ def test_mutated_shards_fail_cleanly(which, ops):
     spec, blob = FUZZ_SPECS[which], mutate(FUZZ_BLOBS[which], ops)
     store = memory_store()
     store.set("0.shard", blob)
-    keys = list(FUZZ_DATA) + [4, 6, 7]
+    keys = [*FUZZ_DATA, 4, 6, 7]
     try:
         got = ShardReader(store, spec).get_data_many(keys)
         assert set(got) <= set(keys)

@@ -46,8 +46,8 @@ def test_auto_shards_are_the_predicted_aligned_blocks(grid, chunk_bytes, target)
 
 
 def test_shard_shape_is_none_for_hashed_or_aliased_specs():
-    base = dict(preshift_bits=1, minishard_bits=2, shard_bits=4, minishard_index_encoding="raw",
-                data_encoding="raw")
+    base = {"preshift_bits": 1, "minishard_bits": 2, "shard_bits": 4,
+            "minishard_index_encoding": "raw", "data_encoding": "raw"}
     hashed = ShardingSpec.from_dict({"@type": "neuroglancer_uint64_sharded_v1",
                                      "hash": "murmurhash3_x86_128", **base})
     assert shard_shape(hashed, (16, 16, 16), (64, 64, 64)) is None

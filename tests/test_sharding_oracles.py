@@ -136,7 +136,7 @@ def test_update_of_tensorstore_shards_read_by_tensorstore(tmp_path, seed):
     keys = list(data)
     delete = set(rng.sample(keys, len(keys) // 3))
     put = {rng.getrandbits(64): rng.randbytes(rng.randint(0, 50)) for _ in range(20)}
-    put.update({k: b"replaced" for k in rng.sample(keys, min(5, len(keys)))})
+    put.update(dict.fromkeys(rng.sample(keys, min(5, len(keys))), b"replaced"))
     update_shard(FileStore(str(tmp_path)), spec, put, delete)
     model = {k: v for k, v in data.items() if k not in delete}
     model.update(put)

@@ -64,12 +64,13 @@ def volume_cases(draw, encodings=tuple(EXACT)):
     chunk = [draw(st.integers(1, 13)) for _ in range(3)]
     offset = [draw(st.integers(-20, 20)) for _ in range(3)]
     block = [draw(st.integers(1, 5)) for _ in range(3)]
-    return dict(
-        encoding=encoding, data_type=dtype, num_channels=channels, size=size,
-        chunk_size=chunk, voxel_offset=offset, sharding=draw(sharding_specs()),
-        compressed_segmentation_block_size=block if encoding == "compressed_segmentation" else None,
-        type="segmentation" if encoding == "compressed_segmentation" else "image",
-    )
+    return {
+        "encoding": encoding, "data_type": dtype, "num_channels": channels, "size": size,
+        "chunk_size": chunk, "voxel_offset": offset, "sharding": draw(sharding_specs()),
+        "compressed_segmentation_block_size":
+            block if encoding == "compressed_segmentation" else None,
+        "type": "segmentation" if encoding == "compressed_segmentation" else "image",
+    }
 
 
 def random_values(rng, shape, dtype):
@@ -92,7 +93,8 @@ def random_region(rng, offset, size):
     return tuple(key), tuple(local)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=volume_cases(), seed=st.integers(0, 2**32 - 1))
 def test_matches_tensorstore_both_ways(tmp_path_factory, case, seed):
     path = str(tmp_path_factory.mktemp("vol"))
@@ -123,7 +125,8 @@ def test_matches_tensorstore_both_ways(tmp_path_factory, case, seed):
     "@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128", "preshift_bits": 1,
     "minishard_bits": 2, "shard_bits": 2, "minishard_index_encoding": "gzip",
     "data_encoding": "gzip"}])
-@pytest.mark.parametrize("encoding, dtype", [("raw", "uint16"), ("compressed_segmentation", "uint64")])
+@pytest.mark.parametrize("encoding, dtype",
+                         [("raw", "uint16"), ("compressed_segmentation", "uint64")])
 def test_cloudvolume_reads_shardvol(tmp_path, sharding, encoding, dtype):
     rng = np.random.default_rng(1)
     vol = Volume.create(str(tmp_path), size=(50, 37, 21), voxel_offset=(3, -4, 10),
@@ -137,8 +140,8 @@ def test_cloudvolume_reads_shardvol(tmp_path, sharding, encoding, dtype):
 @pytest.mark.parametrize("dtype", ["int64", "float64"])
 def test_wide_types_beyond_tensorstore_vs_cloudvolume(tmp_path, dtype):
     rng = np.random.default_rng(5)
-    vol = Volume.create(str(tmp_path), size=(20, 9, 7), voxel_offset=(-3, 0, 2), chunk_size=(8, 4, 4),
-                        data_type=dtype, num_channels=2, sharding="auto")
+    vol = Volume.create(str(tmp_path), size=(20, 9, 7), voxel_offset=(-3, 0, 2),
+                        chunk_size=(8, 4, 4), data_type=dtype, num_channels=2, sharding="auto")
     data = random_values(rng, vol.shape, dtype)
     vol[...] = data
     np.testing.assert_array_equal(vol[...], data)
@@ -161,8 +164,9 @@ def test_jpeg_both_ways_within_tolerance(tmp_path, channels, sharded):
     np.testing.assert_array_equal(ours, theirs)  # same bytes, same libjpeg-turbo decode
     assert np.abs(ours.astype(int) - smooth).mean() < 3
 
-    store = ts_create(str(tmp_path / "b"), data_type="uint8", num_channels=channels, size=[40, 30, 20],
-                      resolution=[1, 1, 1], encoding="jpeg", chunk_size=[16, 16, 8])
+    store = ts_create(str(tmp_path / "b"), data_type="uint8", num_channels=channels,
+                      size=[40, 30, 20], resolution=[1, 1, 1], encoding="jpeg",
+                      chunk_size=[16, 16, 8])
     store[...].write(smooth).result()
     assert np.abs(Volume(str(tmp_path / "b"))[...].astype(int) - smooth).mean() < 3
 
@@ -231,7 +235,8 @@ def test_indexing_semantics(tmp_path):
         vol[100:121]
     vol2 = Volume(str(tmp_path), bounded=False, fill_value=-7)
     out = vol2[95:105, -5:-4, 0:1, 0]
-    assert out[:5].tolist() == [[[-7]]] * 5 and out[5:, 0, 0].tolist() == model[:5, 0, 0, 0].tolist()
+    assert (out[:5].tolist() == [[[-7]]] * 5
+            and out[5:, 0, 0].tolist() == model[:5, 0, 0, 0].tolist())
 
 
 def test_fill_missing_and_scalar_broadcast(tmp_path):
@@ -291,7 +296,8 @@ def test_create_refuses_existing_and_overwrite_replaces(tmp_path):
 
 
 def test_multiscale_add_scale_and_select(tmp_path):
-    vol = Volume.create(str(tmp_path), size=(16, 16, 4), resolution=(8, 8, 40), chunk_size=(8, 8, 4))
+    vol = Volume.create(str(tmp_path), size=(16, 16, 4), resolution=(8, 8, 40),
+                        chunk_size=(8, 8, 4))
     low = vol.add_scale(resolution=(16, 16, 40), size=(8, 8, 4), sharding="auto")
     low[...] = 3
     assert [s.key for s in Volume(str(tmp_path)).mips] == ["8_8_40", "16_16_40"]
@@ -382,7 +388,8 @@ def test_gzip_bombs_in_place_of_chunks_are_errors_not_allocations(tmp_path):
 
 
 def test_corrupt_inputs_name_the_culprit(tmp_path):
-    vol = Volume.create(str(tmp_path / "u"), size=(8, 8, 8), chunk_size=(4, 4, 4), data_type="uint16")
+    vol = Volume.create(str(tmp_path / "u"), size=(8, 8, 8), chunk_size=(4, 4, 4),
+                        data_type="uint16")
     vol[...] = 1
     (tmp_path / "u" / "1_1_1" / "0-4_0-4_0-4").write_bytes(b"short")
     with pytest.raises(ChunkDecodeError, match="0-4_0-4_0-4"):
@@ -396,7 +403,7 @@ def test_corrupt_inputs_name_the_culprit(tmp_path):
     vol[...] = 1
     shard = tmp_path / "s" / "1_1_1" / "0.shard"
     shard.write_bytes(shard.read_bytes()[:40])
-    with pytest.raises(ShardFormatError, match="0.shard"):
+    with pytest.raises(ShardFormatError, match=re.escape("0.shard")):
         Volume(str(tmp_path / "s"))[...]
 
     (tmp_path / "bad").mkdir()
@@ -423,7 +430,8 @@ def test_corrupt_gzip_shard_value_names_the_chunk(tmp_path, parallel):
     data[start + size - 8] ^= 0xFF  # the value's CRC32: the deflate stream itself still decodes
     shard.write_bytes(bytes(data))
     vol = Volume(str(tmp_path), parallel=parallel)
-    np.testing.assert_array_equal(vol[0:4, 0:4, 0:4, 0], np.arange(512).reshape(8, 8, 8)[:4, :4, :4])
+    np.testing.assert_array_equal(vol[0:4, 0:4, 0:4, 0],
+                                  np.arange(512).reshape(8, 8, 8)[:4, :4, :4])
     with pytest.raises(ShardFormatError, match="corrupt gzip") as e:
         vol[2:6, 0:4, 0:4]
     assert re.search(rf"0\.shard: minishard 1: data of key {code}|id {code}\) in .*0\.shard",
@@ -442,7 +450,8 @@ def test_concurrent_processes_on_one_unit_lose_nothing(tmp_path, sharded):
     vol = Volume.create(str(tmp_path), size=(4, 4, 4), chunk_size=(4, 4, 4),
                         sharding="auto" if sharded else None)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_write_region, args=(str(tmp_path), x, x + 1, 10)) for x in range(4)]
+    procs = [ctx.Process(target=_write_region, args=(str(tmp_path), x, x + 1, 10))
+             for x in range(4)]
     for p in procs:
         p.start()
     for p in procs:

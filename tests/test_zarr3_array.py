@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -197,7 +198,7 @@ def test_create_overwrite(tmp_path):
     path = str(tmp_path / "a")
     arr = z.create(path, (8, 8), "uint8", (4, 4), (2, 2))
     arr[...] = 3
-    with pytest.raises(AlreadyExistsError, match="zarr.json"):
+    with pytest.raises(AlreadyExistsError, match=re.escape("zarr.json")):
         z.create(path, (8, 8), "uint8", (4, 4), (2, 2))
     again = z.create(path, (8, 8), "uint8", (4, 4), (2, 2), overwrite=True)
     assert FileStore(path).list("c/") == []  # the old shards are gone
@@ -262,7 +263,7 @@ def test_unsupported_codec_and_dtype(tmp_path):
         store.set("zarr.json", json.dumps(doc).encode())
         with pytest.raises(error, match=match):
             z.open(store.root)
-    with pytest.raises(InfoError, match="no zarr.json"):
+    with pytest.raises(InfoError, match=re.escape("no zarr.json")):
         z.open(str(tmp_path / "nothing"))
 
 
@@ -277,7 +278,7 @@ def test_corrupt_shard_names_it(tmp_path):
     with pytest.raises(ChecksumError, match="c/0"):
         arr[...]
     store.set("c/0", bytes(shard[-10:]))  # shorter than its index
-    with pytest.raises(ShardFormatError, match="'c/0'.* only 10 bytes"):
+    with pytest.raises(ShardFormatError, match=r"'c/0'.* only 10 bytes"):
         arr[2:4]
 
 
@@ -302,7 +303,10 @@ def test_shard_replaced_between_index_and_chunk_reads(index_location):
     assert np.array_equal(arr[...], new)
 
 
-@pytest.mark.parametrize("codecs", [["zstd"], [{"name": "transpose", "configuration": {"order": [2, 1, 0]}}, "zstd"], []])
+@pytest.mark.parametrize(
+    "codecs",
+    [["zstd"], [{"name": "transpose", "configuration": {"order": [2, 1, 0]}}, "zstd"], []],
+)
 def test_a_chunk_shape_far_larger_than_the_stored_chunks_is_a_decode_error(tmp_path, codecs):
     z.create(str(tmp_path), (8, 8, 8), "uint16", (8, 8, 8), codecs=codecs)[...] = 3
     doc = json.loads((tmp_path / "zarr.json").read_text())

@@ -1,6 +1,7 @@
 """Zarr v3 arrays written by other implementations (zarrita, zarrs) read to their expected values.
 
-The data is a copy of the shared testdata in tests/data/testdata (each folder's SOURCE.txt names its origin).
+The data is a copy of the shared testdata in tests/data/testdata (each folder's SOURCE.txt names
+its origin).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from .zarr3_util import open_chunkstore, read_all, ts_read, zarr_read
 TESTDATA = os.path.join(os.path.dirname(__file__), "data", "testdata")
 ZARRITA = os.path.join(TESTDATA, "google__neuroglancer__zarr3_from_zarrita")
 ZARRS = os.path.join(
-    TESTDATA, "zarrs__zarrs__sharded_array_write_read", "sharded_array_write_read.zarr", "group", "array"
+    TESTDATA, "zarrs__zarrs__sharded_array_write_read", "sharded_array_write_read.zarr", "group",
+    "array",
 )
 
 
@@ -40,7 +42,8 @@ def test_zarrita_sharded_expected_values(name):
 
 @pytest.mark.parametrize("name", zarrita_arrays())
 def test_zarrita_all_arrays_match_tensorstore(name):
-    """Every array there (blosc, gzip, raw, big-endian, transpose "F", ragged) as the oracles read it.
+    """Every array there (blosc, gzip, raw, big-endian, transpose "F", ragged) as the oracles
+    read it.
 
     TensorStore rejects the bool arrays' integer fill value 0, zarr-python the transpose order "F";
     each such array is checked against the other oracle.
@@ -56,7 +59,8 @@ def test_zarrita_all_arrays_match_tensorstore(name):
 
 def test_zarrita_absent_inner_chunks_and_shard():
     """The 'filled' arrays have empty index entries (2^64-1) that must read as fill."""
-    cs = open_chunkstore(os.path.join(ZARRITA, "data.zarr", "1d.chunked.filled.compressed.sharded.i2"))
+    cs = open_chunkstore(
+        os.path.join(ZARRITA, "data.zarr", "1d.chunked.filled.compressed.sharded.i2"))
     present = cs.read_chunks([(0,), (1,), (2,), (3,)])
     assert set(present) == {(0,), (1,)}  # the second shard is absent, 0 and 1 stored
     assert cs.exists([(0,), (2,)]) == {(0,): True, (2,): False}
@@ -68,5 +72,6 @@ def test_zarrs_sharded_array():
     got = read_all(cs)
     assert got.dtype == np.uint16
     assert np.array_equal(got, np.arange(64, dtype=np.uint16).reshape(8, 8))
-    expected = np.load(os.path.join(TESTDATA, "zarrs__zarrs__sharded_array_write_read", "expected_group_array.npy"))  # fmt: skip
+    expected = np.load(os.path.join(TESTDATA, "zarrs__zarrs__sharded_array_write_read",
+                                    "expected_group_array.npy"))
     assert np.array_equal(got, expected)

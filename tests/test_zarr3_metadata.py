@@ -6,6 +6,7 @@ import copy
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -29,7 +30,8 @@ from shardvol.zarr3.metadata import fill_value_from_json, fill_value_to_json
 TESTDATA = os.path.join(os.path.dirname(__file__), "data", "testdata")
 GOLDEN = sorted(
     glob.glob(f"{TESTDATA}/google__neuroglancer__zarr3_from_zarrita/data.zarr/*/zarr.json")
-    + glob.glob(f"{TESTDATA}/zarrs__zarrs__sharded_array_write_read/**/array/zarr.json", recursive=True)
+    + glob.glob(f"{TESTDATA}/zarrs__zarrs__sharded_array_write_read/**/array/zarr.json",
+                recursive=True)
 )
 
 SHARDED = {
@@ -108,7 +110,7 @@ def test_tensorstore_metadata_parsed(tmp_path):
     ]
     path = str(tmp_path / "a")
     ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": path}, "metadata": doc},
-            create=True).result()  # fmt: skip
+            create=True).result()
     with open(f"{path}/zarr.json") as f:
         written = json.load(f)
     meta = ArrayMetadata.from_json(written)
@@ -148,11 +150,13 @@ def test_fill_values_match_zarr_python(dtype, value):
     assert np.asarray(ours).tobytes() == np.asarray(theirs, dtype).tobytes()
     expected_json = zdt.to_json_scalar(theirs, zarr_format=3)
     assert fill_value_to_json(ours) == (list(expected_json) if dtype[0] == "c" else expected_json)
-    assert fill_value_from_json(fill_value_to_json(ours), np.dtype(dtype)).tobytes() == ours.tobytes()
+    assert (fill_value_from_json(fill_value_to_json(ours), np.dtype(dtype)).tobytes()
+            == ours.tobytes())
 
 
 @pytest.mark.parametrize(
-    ("dtype", "value"), [("float32", "0x7fc00001"), ("float16", "0x7e01"), ("float64", "0xfff8000000000001")]
+    ("dtype", "value"),
+    [("float32", "0x7fc00001"), ("float16", "0x7e01"), ("float64", "0xfff8000000000001")],
 )
 def test_nan_payloads_kept(dtype, value):
     """Hex fill values keep their exact bits (zarr-python collapses NaN payloads to "NaN")."""
@@ -167,7 +171,7 @@ def test_nan_payloads_kept(dtype, value):
     [("uint8", 256), ("uint8", -1), ("int16", 1.5), ("int32", "NaN"), ("bool", "yes"),
      ("float32", "nan"), ("float32", "0x7fc0"), ("float32", "0xzzzzzzzz"), ("float64", None),
      ("float32", [1, 2]), ("complex64", 1.0), ("int8", True)],
-)  # fmt: skip
+)
 def test_bad_fill_values(dtype, value):
     doc = copy.deepcopy(SHARDED)
     doc["data_type"], doc["fill_value"] = dtype, value
@@ -179,7 +183,7 @@ def test_bad_fill_values(dtype, value):
     "field",
     ["zarr_format", "node_type", "shape", "data_type", "chunk_grid", "chunk_key_encoding",
      "fill_value", "codecs"],
-)  # fmt: skip
+)
 def test_missing_required_field(field):
     doc = copy.deepcopy(SHARDED)
     del doc[field]
@@ -223,18 +227,23 @@ SHARD_CONF = ("codecs", 0, "configuration")
         ((*SHARD_CONF, "chunk_shape"), [4], "divid"),
         ((*SHARD_CONF, "index_location"), "middle", "index_location"),
         ((*SHARD_CONF, "index_codecs"), KeyError, "index_codecs"),
-        ((*SHARD_CONF, "index_codecs", 1), {"name": "gzip", "configuration": {"level": 1}}, "fixed size"),  # fmt: skip
+        ((*SHARD_CONF, "index_codecs", 1), {"name": "gzip", "configuration": {"level": 1}},
+         "fixed size"),
         ((*SHARD_CONF, "codecs", 0), {"name": "bytes"}, "endian"),
         ((*SHARD_CONF, "codecs", 0), {"name": "zstd", "configuration": {"level": 1}}, "bytes"),
-        ((*SHARD_CONF, "codecs", 1), {"name": "bytes", "configuration": {"endian": "little"}}, "only one"),  # fmt: skip
+        ((*SHARD_CONF, "codecs", 1), {"name": "bytes", "configuration": {"endian": "little"}},
+         "only one"),
         ((*SHARD_CONF, "codecs", 1, "configuration", "level"), 99, "level"),
         ((*SHARD_CONF, "codecs", 1, "configuration", "extra"), 1, "extra"),
         ((*SHARD_CONF, "codecs", 1), {"name": "blosc", "configuration": {"cname": "foo"}}, "cname"),
-        ((*SHARD_CONF, "codecs", 1), {"name": "blosc", "configuration": {"shuffle": ["shuffle"]}}, "shuffle"),  # fmt: skip
+        ((*SHARD_CONF, "codecs", 1), {"name": "blosc", "configuration": {"shuffle": ["shuffle"]}},
+         "shuffle"),
         (("shape",), [1 << 31, 1 << 31], r"shape .* 2\*\*63 bytes"),
         (("chunk_grid", "configuration", "chunk_shape"), [1 << 31] * 2, r"chunk_shape .* 2\*\*63"),
-        ((*SHARD_CONF, "codecs", 1), {"name": "transpose", "configuration": {"order": [0, 1]}}, "array -> array"),  # fmt: skip
-        (("codecs", 1), {"name": "transpose", "configuration": {"order": [0, 0]}}, "array -> array"),
+        ((*SHARD_CONF, "codecs", 1), {"name": "transpose", "configuration": {"order": [0, 1]}},
+         "array -> array"),
+        (("codecs", 1), {"name": "transpose", "configuration": {"order": [0, 0]}},
+         "array -> array"),
     ],
 )
 def test_invalid_metadata(path, value, match):
@@ -282,7 +291,7 @@ def test_extensions_that_need_not_be_understood_are_kept():
 
 
 def test_not_json():
-    with pytest.raises(InfoError, match="x/zarr.json: not valid JSON"):
+    with pytest.raises(InfoError, match=re.escape("x/zarr.json: not valid JSON")):
         ArrayMetadata.from_json(b"{", "x/zarr.json")
     with pytest.raises(InfoError, match="JSON object"):
         ArrayMetadata.from_json(b"[1]")
@@ -292,7 +301,7 @@ def test_not_json():
     ("encoding", "separator", "coords"),
     [("default", "/", (1, 0, 12)), ("default", ".", (3, 4)), ("v2", ".", (0, 7)),
      ("v2", "/", (5,)), ("default", "/", ()), ("v2", ".", ())],
-)  # fmt: skip
+)
 def test_chunk_keys_match_zarr_python(encoding, separator, coords):
     from zarr.core.chunk_key_encodings import parse_chunk_key_encoding
 
@@ -350,9 +359,10 @@ PATHS = [p for p in _paths(SHARDED) if p]
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6)
     | st.sampled_from(["NaN", "0x7fc00000", "bytes", "little", "crc32c", "end", "c"]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (st.lists(inner, max_size=4)
+                   | st.dictionaries(st.text(max_size=6), inner, max_size=3)),
     max_leaves=8,
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None)

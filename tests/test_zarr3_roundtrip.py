@@ -47,7 +47,8 @@ def inner_codecs(rng, ndim, dtype):
         [GzipCodec(int(rng.integers(1, 9)))],
         [ZstdCodec(int(rng.integers(1, 6)))],
         [BloscCodec(str(rng.choice(["lz4", "zstd", "blosclz"])), 5,
-                    str(rng.choice(["noshuffle", "shuffle", "bitshuffle"])), np.dtype(dtype).itemsize)],
+                    str(rng.choice(["noshuffle", "shuffle", "bitshuffle"])),
+                    np.dtype(dtype).itemsize)],
         [Crc32cCodec()],
         [ZstdCodec(3), Crc32cCodec()],
     ][pick]  # fmt: skip
@@ -85,7 +86,7 @@ def random_case(seed: int, sharded: bool = True):
 
 def random_data(rng, meta) -> np.ndarray:
     shape, dtype = meta.shape, meta.dtype
-    if dtype == bool:
+    if dtype.kind == "b":
         data = rng.random(shape) < 0.5
     elif dtype.kind == "f":
         data = rng.normal(0, 1000, shape).astype(dtype)
@@ -250,7 +251,8 @@ def test_sharding_behind_transpose_and_nested(tmp_path):
     assert equal(zarr_read(ours), data) and equal(ts_read(ours), data)
 
     behind = create_metadata(
-        [9, 7], "uint32", [8, 8], codecs=[TransposeCodec((1, 0)), ShardingCodec((4, 2), (BytesCodec(),))]
+        [9, 7], "uint32", [8, 8],
+        codecs=[TransposeCodec((1, 0)), ShardingCodec((4, 2), (BytesCodec(),))],
     )
     assert behind.sharding is None
     theirs = str(tmp_path / "behind")

@@ -69,7 +69,8 @@ def write_metadata(store: KVStore, meta: ArrayMetadata) -> ZarrChunkStore:
 def ts_open(path: str, **kwargs):
     import tensorstore as ts
 
-    return ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": path}}, **kwargs).result()
+    return ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": path}},
+                   **kwargs).result()
 
 
 def ts_read(path: str) -> np.ndarray:
@@ -94,7 +95,8 @@ def zarr_read(path: str) -> np.ndarray:
 
 
 def zarr_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
-    """zarr-python creates the array (its own zarr.json) with ``meta``'s codecs and writes ``data``."""
+    """zarr-python creates the array (its own zarr.json) with ``meta``'s codecs and writes
+    ``data``."""
     import zarr
     from zarr.registry import get_codec_class
 
@@ -128,7 +130,8 @@ def zarr_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
 
 
 def chunked_array(cs: ZarrChunkStore):
-    """The slicing engine (shardvol.array.engine) over a Zarr chunk store, as Zarr semantics need it."""
+    """The slicing engine (shardvol.array.engine) over a Zarr chunk store, as Zarr semantics need
+    it."""
     from shardvol.array.engine import ChunkedArray
     from shardvol.array.grid import ChunkGrid
 

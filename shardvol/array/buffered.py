@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager
 
 from shardvol._parallel import default_parallel, run_parallel, submit
-from shardvol.array.chunkstore import ChunkCoord, ChunkStore, Unit, UnitContents
+from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkStore, Unit, UnitContents
 
 
 class _Buffer:
@@ -37,10 +37,10 @@ class _Buffer:
         return self.replaced, None
 
 
-class BufferedChunkStore(ChunkStore):
+class BufferedChunkStore(ChunkStore[Unit]):
     """Buffers ``update_unit`` calls of ``inner`` until :meth:`flush`."""
 
-    def __init__(self, inner: ChunkStore) -> None:
+    def __init__(self, inner: ChunkStore[Unit]) -> None:
         self.inner = inner
         self._units: dict[Unit, _Buffer] = {}  # open buffers
         self._sending: dict[Unit, _Buffer] = {}  # complete units being stored in the background
@@ -58,8 +58,8 @@ class BufferedChunkStore(ChunkStore):
     def describe(self, coord: ChunkCoord) -> str:
         return self.inner.describe(coord)
 
-    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
-        found: dict[ChunkCoord, bytes] = {}
+    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
+        found: dict[ChunkCoord, Blob] = {}
         rest = []
         with self._guard:
             for unit, members in self.inner.units(coords).items():
@@ -99,8 +99,8 @@ class BufferedChunkStore(ChunkStore):
         current: UnitContents | None = None,
     ) -> None:
         if unit not in self._members:
-            members = self.inner.unit_chunks(unit)
-            self._members[unit] = None if members is None else frozenset(members)
+            chunks = self.inner.unit_chunks(unit)
+            self._members[unit] = None if chunks is None else frozenset(chunks)
         with self._guard:
             buf = self._units.get(unit)
             if buf is None or replace:
@@ -117,7 +117,7 @@ class BufferedChunkStore(ChunkStore):
                 self._sending[unit] = self._units.pop(unit)
                 self._storing.append(submit(self._send, unit))
 
-    def lock(self, unit: Unit) -> AbstractContextManager[None]:
+    def lock(self, unit: Unit) -> AbstractContextManager[object]:
         """A lock of this buffer's unit (threads writing through it); storage's own locks
         are taken when the unit is stored."""
         with self._guard:

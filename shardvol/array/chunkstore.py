@@ -17,11 +17,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from typing import Any, Generic, TypeVar
 
 from shardvol.array.grid import ChunkCoord
 
-Unit = Hashable
-ChunkRead = tuple[ChunkCoord, "bytes | memoryview | None", str]  # coord, encoded bytes, name
+#: A unit's name: a shard number, a chunk file's grid position, a shard key, ...
+Unit = TypeVar("Unit", bound=Hashable)
+#: Encoded (or stored) chunk bytes: views into a larger read, or bytes of their own.
+Blob = bytes | memoryview
+ChunkRead = tuple[ChunkCoord, "Blob | None", str]  # coord, encoded bytes, name
 
 
 class UnitContents:
@@ -33,19 +37,19 @@ class UnitContents:
     :meth:`ChunkStore.update_unit` instead of reading the file again.
     """
 
-    def __init__(self, store: ChunkStore) -> None:
+    def __init__(self, store: ChunkStore[Any]) -> None:
         self._store = store
 
-    def chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes | memoryview]:
+    def chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
         """The encoded chunks among ``coords`` that the unit holds."""
         return dict(self._store.read_chunks(coords))
 
 
-class ChunkStore(ABC):
+class ChunkStore(ABC, Generic[Unit]):
     """Encoded chunks by grid coordinate, batched, with atomic unit updates."""
 
     @abstractmethod
-    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
+    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
         """Encoded bytes of those ``coords`` that are stored; absent chunks are left out.
 
         Implementations batch the I/O (shard indexes once, coalesced byte ranges,
@@ -71,7 +75,7 @@ class ChunkStore(ABC):
         stays valid while the caller holds it."""
         return self.iter_chunks(coords)
 
-    def decode_stored(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
+    def decode_stored(self, stored: Blob, name: str) -> Blob:
         """The encoded chunk in a value from :meth:`iter_stored` (``name`` from there)."""
         return stored
 
@@ -122,8 +126,9 @@ class ChunkStore(ABC):
         """
 
     @abstractmethod
-    def lock(self, unit: Unit) -> AbstractContextManager[None]:
-        """Exclusive lock on ``unit`` (across processes where the storage allows)."""
+    def lock(self, unit: Unit) -> AbstractContextManager[object]:
+        """Exclusive lock on ``unit`` (across processes where the storage allows); what
+        ``with`` binds is no part of the contract."""
 
     def describe(self, coord: ChunkCoord) -> str:
         """How error messages name a chunk (its file, or its shard and id)."""

@@ -21,13 +21,14 @@ import math
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol, runtime_checkable
+from types import EllipsisType
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from shardvol._ext import hugeblock
 from shardvol._parallel import WorkEstimate, default_parallel, run_parallel
-from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore
+from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import (
     AxisSelection,
@@ -55,7 +56,7 @@ class ChunkCodec(Protocol):
     def encode(self, array: np.ndarray) -> bytes: ...
 
     def decode(
-        self, data: bytes, shape: tuple[int, ...], dtype: Any, out: np.ndarray | None = None,
+        self, data: Blob, shape: tuple[int, ...], dtype: Any, out: np.ndarray | None = None,
         context: str = "",
     ) -> np.ndarray: ...
 
@@ -65,7 +66,7 @@ class RegionCodec(ChunkCodec, Protocol):
     """A codec that can decode a box of a chunk (``region``: slices of step 1) into ``out``."""
 
     def decode_region(
-        self, data: bytes, shape: tuple[int, ...], region: tuple[slice, ...], out: np.ndarray,
+        self, data: Blob, shape: tuple[int, ...], region: tuple[slice, ...], out: np.ndarray,
         context: str = "",
     ) -> np.ndarray: ...
 
@@ -91,10 +92,10 @@ class ChunkedArray:
 
     grid: ChunkGrid
     dtype: np.dtype
-    store: ChunkStore
+    store: ChunkStore[Any]  # any unit type: the engine only hands units back to the store
     codec: ChunkCodec
     fill_value: Any = 0
-    order: str = "F"
+    order: Literal["C", "F"] = "F"
     padded_chunks: bool = False
     skip_fill_chunks: bool = False
     fill_missing: bool = True
@@ -225,7 +226,8 @@ class ChunkedArray:
     def _decode_part(
         self, p: ChunkPart, blob: bytes | memoryview | None, context: str, out: np.ndarray
     ) -> None:
-        view = out[(*p.out_sel, ...)]  # a view also of a 0-d array (out[()] is a copy)
+        box: tuple[slice | EllipsisType, ...] = (*p.out_sel, ...)  # (in [...]: Python 3.11)
+        view = out[box]  # a view also of a 0-d array (out[()] is a copy)
         if blob is None:
             if not self.fill_missing:
                 raise MissingChunkError(f"{context} is missing")
@@ -235,7 +237,7 @@ class ChunkedArray:
         if p.full and view.shape == shape:
             self.codec.decode(blob, shape, self.dtype, out=view, context=context)
         elif self._decodes_regions and p.is_box:
-            self.codec.decode_region(  # type: ignore[attr-defined]
+            self.codec.decode_region(  # type: ignore[attr-defined]  # a RegionCodec, see above
                 blob, shape, p.chunk_sel, view, context
             )
         else:

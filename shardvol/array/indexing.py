@@ -100,7 +100,9 @@ def normalize_selection(
                         f"[{lo}, {hi})"
                     )
             else:
-                start = hi - 1 if item.start is None else _resolve(_as_index(item.start, axis), lo, hi)
+                start = (
+                    hi - 1 if item.start is None else _resolve(_as_index(item.start, axis), lo, hi)
+                )
                 stop = lo - 1 if item.stop is None else _resolve(_as_index(item.stop, axis), lo, hi)
                 count = max(0, -(-(start - stop) // -step))
                 if bounded and count and (start >= hi or stop < lo - 1):
@@ -137,8 +139,9 @@ def selection_in_domain(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> bool
     return True
 
 
-def clip_selection(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> tuple[
-        tuple[AxisSelection, ...], tuple[slice, ...]]:
+def clip_selection(
+    sel: tuple[AxisSelection, ...], grid: ChunkGrid
+) -> tuple[tuple[AxisSelection, ...], tuple[slice, ...]]:
     """The in-domain part of ``sel`` and where it sits in the full selection's output."""
     clipped, where = [], []
     for a, o, e in zip(sel, grid.origin, grid.stop):
@@ -175,7 +178,7 @@ class AxisRun:
 
 def axis_runs(a: AxisSelection, origin: int, size: int, chunk: int) -> list[AxisRun]:
     """Chunks touched by one axis selection and the matching slices."""
-    runs = []
+    runs: list[AxisRun] = []
     if a.count == 0:
         return runs
     lo_sel, hi_sel = a.bounds()
@@ -220,19 +223,17 @@ def chunk_parts(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> list[ChunkPa
     (dropped axes kept as length 1).  Out-of-domain coordinates belong to no chunk.
     """
     per_axis = [
-        axis_runs(a, o, n, c)
-        for a, o, n, c in zip(sel, grid.origin, grid.shape, grid.chunk_shape)
+        axis_runs(a, o, n, c) for a, o, n, c in zip(sel, grid.origin, grid.shape, grid.chunk_shape)
     ]
-    parts = []
-    for runs in product(*per_axis):
-        parts.append(
-            ChunkPart(
-                coord=tuple(r.chunk for r in runs),
-                chunk_sel=tuple(r.chunk_slice for r in runs),
-                out_sel=tuple(r.out_slice for r in runs),
-                full=all(r.full for r in runs),
-            )
+    parts = [
+        ChunkPart(
+            coord=tuple(r.chunk for r in runs),
+            chunk_sel=tuple(r.chunk_slice for r in runs),
+            out_sel=tuple(r.out_slice for r in runs),
+            full=all(r.full for r in runs),
         )
+        for runs in product(*per_axis)
+    ]
     return parts
 
 

@@ -47,7 +47,7 @@ def note(args: argparse.Namespace, message: str) -> None:
         print(message, file=sys.stderr)
 
 
-def sharding_arg(value: str) -> None | str | dict[str, Any]:
+def sharding_arg(value: str) -> str | dict[str, Any] | None:
     """``--sharding`` value: ``auto``, ``none`` or a JSON sharding spec."""
     if value.lower() in ("auto", "none"):
         return None if value.lower() == "none" else "auto"

@@ -67,7 +67,7 @@ def targets(opened: Volume | ZarrArray, url: str, mips: list[int] | None) -> lis
     if isinstance(opened, ZarrArray):
         if mips is not None:
             raise InvalidArgumentError("--mip applies to precomputed volumes, not Zarr arrays")
-        spec = {"driver": "zarr3", "kvstore": kvstore, "context": uncached}
+        spec: dict[str, object] = {"driver": "zarr3", "kvstore": kvstore, "context": uncached}
         return [Target("array", opened.__getitem__, spec, (0,) * opened.ndim, opened.shape,
                        opened.chunks, "index")]
     out = []

@@ -14,9 +14,8 @@ import functools
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Union
 
 from shardvol.errors import (
     ByteRangeError,
@@ -28,7 +27,7 @@ from shardvol.errors import (
 ByteRange = tuple[int, int | None]
 #: Names starting with this are shardvol's own (temporary files, locks): never listed.
 HIDDEN_PREFIX = ".shardvol-"
-Request = Union[str, tuple[str, ByteRange | None]]
+Request = str | tuple[str, ByteRange | None]
 
 _io_pool: ThreadPoolExecutor | None = None
 _io_pool_lock = threading.Lock()
@@ -129,8 +128,9 @@ class KVStore(ABC):
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         """The value (or a byte range of it) stored under ``key``; None if absent."""
 
-    def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
-        """Several :meth:`get` calls at once, run concurrently; results in request order."""
+    def get_many(self, requests: Iterable[Request]) -> Sequence[bytes | memoryview | None]:
+        """Several :meth:`get` calls at once, run concurrently; results in request order
+        (stores may return read-only memoryviews rather than bytes)."""
         reqs = [normalize_request(r) for r in requests]
         if len(reqs) <= 1:
             return [self.get(k, r) for k, r in reqs]
@@ -138,7 +138,7 @@ class KVStore(ABC):
 
     def get_many_versioned(
         self, requests: Iterable[Request]
-    ) -> list[tuple[bytes | None, Hashable | None]]:
+    ) -> Sequence[tuple[bytes | memoryview | None, Hashable | None]]:
         """:meth:`get_many`, each value with its version token (None: unknown).
 
         By default the token is :meth:`version` taken before the read: a value replaced
@@ -152,7 +152,7 @@ class KVStore(ABC):
 
     def get_many_if(
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
-    ) -> list[bytes | None]:
+    ) -> Sequence[bytes | memoryview | None]:
         """:meth:`get_many` of values that must still be at ``versions[key]`` (tokens from
         :meth:`get_many_versioned`; None: unchecked); raises VersionChangedError naming a
         key replaced since.  By default :meth:`version` is compared after the reads."""

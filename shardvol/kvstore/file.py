@@ -86,7 +86,8 @@ class FileStore(KVStore):
         return self._path(key)
 
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
-        return self._read_batch([(key, byte_range)], pooled=False)[0][0]  # type: ignore[return-value]
+        value = self._read_batch([(key, byte_range)], pooled=False)[0][0]
+        return value  # type: ignore[return-value]  # not pooled: bytes, never a memoryview
 
     def _open(self, key: str) -> tuple[int, os.stat_result] | None:
         """A read descriptor of ``key``'s file and its status; None if there is no file."""
@@ -123,9 +124,9 @@ class FileStore(KVStore):
 
     def get_many_versioned(
         self, requests: Iterable[Request]
-    ) -> list[tuple[bytes | memoryview | None, Hashable | None]]:
+    ) -> list[tuple[bytes | memoryview | None, tuple[int, ...]]]:
         """Each value with the version of the very file it was read from."""
-        return self._read_many([normalize_request(r) for r in requests])  # type: ignore[return-value]
+        return self._read_many([normalize_request(r) for r in requests])
 
     def get_many_if(
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
@@ -214,7 +215,7 @@ class FileStore(KVStore):
             total = sum(stop - start for *_, spans in opened for _, start, stop in spans)
             block = None
             if pooled and total >= self.POOLED_READ_BYTES:
-                block = memoryview(hugeblock.buffer(total))
+                block = hugeblock.buffer(total).data  # (a memoryview of the block)
             pos = 0
             for key, fd, version, spans in opened:
                 for i, start, stop in spans:
@@ -428,7 +429,7 @@ def _take_lock_file(directory: str, path: str) -> _LockFile:
     with _lock_files_guard:
         ident = _current_ident(path)
         lock_file = _lock_files.get(ident) if ident is not None else None
-        if lock_file is None:
+        if ident is None or lock_file is None:  # (no ident: no lock file either)
             if ident is None:
                 os.makedirs(directory, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)

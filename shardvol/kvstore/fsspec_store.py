@@ -13,7 +13,8 @@ version send it as ``If-Match``, so no separate metadata requests are needed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import cast
 
 import fsspec
 
@@ -78,7 +79,9 @@ class FsspecStore(KVStore):
             self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         except ImportError as e:  # gcsfs, s3fs, ... not installed
             raise UnsupportedSchemeError(f"{url}: {e}") from e
-        protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
+        protocols = (
+            {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
+        )
         self.read_only = bool(protocols & READ_ONLY_PROTOCOLS)
         self.root = root.rstrip("/")
         self.url = url.rstrip("/")
@@ -117,7 +120,9 @@ class FsspecStore(KVStore):
                     f"{key!r} in {self.url} was replaced since it was last read", key
                 ) from result
             if _status(result) == 416:
-                raise ByteRangeError(f"byte range {byte_range} of {key!r} is past its end") from result
+                raise ByteRangeError(
+                    f"byte range {byte_range} of {key!r} is past its end"
+                ) from result
             raise StoreError(f"cannot read {key!r} from {self.url}: {result}") from result
         data = bytes(result)
         if byte_range is None:
@@ -163,14 +168,14 @@ class FsspecStore(KVStore):
 
     def get_many_versioned(
         self, requests: Iterable[Request]
-    ) -> list[tuple[bytes | None, Hashable | None]]:
+    ) -> Sequence[tuple[bytes | memoryview | None, Hashable | None]]:
         if self._reads is None:
             return super().get_many_versioned(requests)
         return self._versioned_reads(_checked(requests), {})
 
     def get_many_if(
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
-    ) -> list[bytes | None]:
+    ) -> Sequence[bytes | memoryview | None]:
         if self._reads is None:
             return super().get_many_if(requests, versions)
         return [value for value, _ in self._versioned_reads(_checked(requests), versions)]
@@ -185,7 +190,9 @@ class FsspecStore(KVStore):
         reads); ``versions[key]`` is sent as If-Match."""
         reads = reads or self._reads
         assert reads is not None
-        results = reads.read([(self._path(k), r, versions.get(k)) for k, r in reqs])
+        # the versions are ETags: tokens that this store's own versioned reads returned
+        etags = cast("Mapping[str, str | None]", versions)
+        results = reads.read([(self._path(k), r, etags.get(k)) for k, r in reqs])
         return [(self._finish(k, r, res), etag) for (k, r), (res, etag) in zip(reqs, results)]
 
     @contextlib.contextmanager
@@ -194,8 +201,9 @@ class FsspecStore(KVStore):
             if self._objects is None:
                 yield
                 return
-            lease = acquire(self._objects, lease_path(self._path(key)), self.lease_ttl,
-                            self.lock_timeout)
+            lease = acquire(
+                self._objects, lease_path(self._path(key)), self.lease_ttl, self.lock_timeout
+            )
             self._leases[key] = lease
             finished = False
             try:

@@ -7,21 +7,22 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 _MISSING = object()
+K = TypeVar("K", bound=Hashable)
 
 
-_ALL: weakref.WeakSet[LRU] = weakref.WeakSet()
+_ALL: weakref.WeakSet[LRU[Any]] = weakref.WeakSet()
 
 
-class LRU:
+class LRU(Generic[K]):
     """Least-recently-used mapping holding at most ``size`` entries (0 disables caching).
 
     Pickles as an empty cache of the same size (entries belong to one process)."""
 
     def __init__(self, size: int) -> None:
-        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._data: OrderedDict[K, Any] = OrderedDict()
         self._lock = threading.Lock()
         self.size = 0
         self.resize(size)
@@ -31,7 +32,7 @@ class LRU:
         return {"size": self.size}
 
     def __setstate__(self, state: dict[str, int]) -> None:
-        self.__init__(state["size"])  # type: ignore[misc]
+        self.__init__(state["size"])  # type: ignore[misc]  # unpickling: a fresh, empty cache
 
     def resize(self, size: int) -> None:
         """Change the capacity, evicting the least recently used entries if needed."""
@@ -42,7 +43,7 @@ class LRU:
             while len(self._data) > size:
                 self._data.popitem(last=False)
 
-    def get(self, key: Hashable, default: Any = None) -> Any:
+    def get(self, key: K, default: Any = None) -> Any:
         with self._lock:
             value = self._data.get(key, _MISSING)
             if value is _MISSING:
@@ -50,16 +51,16 @@ class LRU:
             self._data.move_to_end(key)
             return value
 
-    def __contains__(self, key: Hashable) -> bool:
+    def __contains__(self, key: K) -> bool:
         return key in self._data
 
-    def __getitem__(self, key: Hashable) -> Any:
+    def __getitem__(self, key: K) -> Any:
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
         return value
 
-    def __setitem__(self, key: Hashable, value: Any) -> None:
+    def __setitem__(self, key: K, value: Any) -> None:
         with self._lock:
             if self.size == 0:
                 return
@@ -71,12 +72,12 @@ class LRU:
     def __len__(self) -> int:
         return len(self._data)
 
-    def discard(self, key: Hashable) -> None:
+    def discard(self, key: K) -> None:
         """Drop ``key``'s entry, if any."""
         with self._lock:
             self._data.pop(key, None)
 
-    def discard_if(self, predicate: Callable[[Hashable], bool]) -> None:
+    def discard_if(self, predicate: Callable[[K], bool]) -> None:
         """Drop every entry whose key satisfies ``predicate``."""
         with self._lock:
             for key in [k for k in self._data if predicate(k)]:

@@ -41,7 +41,7 @@ class MemoryStore(KVStore):
         return {"url": self.url}  # (another process has its own values under that URL)
 
     def __setstate__(self, state: dict[str, str]) -> None:
-        self.__init__(state["url"])  # type: ignore[misc]
+        self.__init__(state["url"])  # type: ignore[misc]  # unpickling: a fresh, empty store
 
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         value = self._data.get(check_key(key))

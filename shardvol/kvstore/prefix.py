@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from shardvol.errors import VersionChangedError
 from shardvol.kvstore.base import (
@@ -42,17 +42,17 @@ class PrefixStore(KVStore):
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         return self.base.get(self._k(key), byte_range)
 
-    def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
+    def get_many(self, requests: Iterable[Request]) -> Sequence[bytes | memoryview | None]:
         return self.base.get_many(self._requests(requests))
 
     def get_many_versioned(
         self, requests: Iterable[Request]
-    ) -> list[tuple[bytes | None, Hashable | None]]:
+    ) -> Sequence[tuple[bytes | memoryview | None, Hashable | None]]:
         return self.base.get_many_versioned(self._requests(requests))
 
     def get_many_if(
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
-    ) -> list[bytes | None]:
+    ) -> Sequence[bytes | memoryview | None]:
         try:
             return self.base.get_many_if(
                 self._requests(requests), {self._k(k): v for k, v in versions.items()})

@@ -85,7 +85,9 @@ class S3ConditionalObjects:
             if byte_range is not None and byte_range[0] == byte_range[1]:  # no bytes: no Range
                 head = await client.head_object(**kwargs)
                 if byte_range[0] > head["ContentLength"]:
-                    return ByteRangeError(f"byte range {byte_range} of {path} is past its end"), None
+                    return ByteRangeError(
+                        f"byte range {byte_range} of {path} is past its end"
+                    ), None
                 return b"", head["ETag"]
             if byte_range is not None:
                 kwargs["Range"] = range_header(byte_range)

@@ -158,10 +158,10 @@ class RangeReader:
 
     def get(
         self,
-        requests: list[Request],
+        requests: Sequence[Request],
         versions: Mapping[str, Hashable | None] | None = None,
         explain: Explain | None = None,
-    ) -> list[bytes | None]:
+    ) -> Sequence[bytes | memoryview | None]:
         """``store.get_many`` (``get_many_if`` with ``versions``: a file of another version
         raises Stale), a range past a file's end a ShardFormatError."""
         if not requests:
@@ -175,8 +175,8 @@ class RangeReader:
                 raise Stale(e.key) from e
 
     def get_versioned(
-        self, requests: list[Request], explain: Explain | None = None
-    ) -> list[tuple[bytes | None, Hashable | None]]:
+        self, requests: Sequence[Request], explain: Explain | None = None
+    ) -> Sequence[tuple[bytes | memoryview | None, Hashable | None]]:
         """``store.get_many_versioned`` (each value with its file's version), a range past
         a file's end a ShardFormatError."""
         if not requests:
@@ -185,7 +185,7 @@ class RangeReader:
             return self.store.get_many_versioned(requests)
 
     @contextlib.contextmanager
-    def _range_errors(self, requests: list[Request], explain: Explain | None) -> Iterator[None]:
+    def _range_errors(self, requests: Sequence[Request], explain: Explain | None) -> Iterator[None]:
         """A ByteRangeError of the reads inside becomes a ShardFormatError: ``explain``'s
         message for the first file it explains (from the file's size), else a generic one."""
         try:

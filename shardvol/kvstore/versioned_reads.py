@@ -48,7 +48,7 @@ async def read_each(one: Callable[..., Awaitable[ReadResult]], requests: list) -
         async with gate:
             try:
                 return await one(*request)
-            except Exception as e:  # noqa: BLE001 - reported per request
+            except Exception as e:
                 return e, None
 
     return list(await asyncio.gather(*(guarded(r) for r in requests)))
@@ -109,24 +109,31 @@ class HttpVersionedReads:
             etag = strong_etag(r.headers.get("ETag"))
             if byte_range is None:
                 return body, etag
-            return requested_bytes(r.status, r.headers.get("Content-Range"), body, byte_range, url), etag
+            content_range = r.headers.get("Content-Range")
+            return requested_bytes(r.status, content_range, body, byte_range, url), etag
 
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
 def requested_bytes(
-    status: int, content_range: str | None, body: bytes, byte_range: tuple[int, int | None], url: str
+    status: int,
+    content_range: str | None,
+    body: bytes,
+    byte_range: tuple[int, int | None],
+    url: str,
 ) -> bytes | Exception:
     """The bytes ``byte_range`` asked for, out of a response: a 206's body holds what its
     ``Content-Range`` says (which may be more than was asked), any other status the whole
     value (a server that ignores Range). ByteRangeError if the value ends first."""
-    first, total = 0, len(body)
+    first = 0
+    total: int | None = len(body)
     if status == 206:
         m = _CONTENT_RANGE.fullmatch((content_range or "").strip())
         if m is None or int(m[2]) - int(m[1]) + 1 != len(body):
-            return StoreError(f"{url}: partial content with Content-Range {content_range!r} "
-                              f"for {len(body)} bytes")
+            return StoreError(
+                f"{url}: partial content with Content-Range {content_range!r} for {len(body)} bytes"
+            )
         first, total = int(m[1]), None if m[3] == "*" else int(m[3])
     start, stop = byte_range
     end = first + len(body)  # of what the body holds

@@ -45,6 +45,7 @@ from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.formats import FORMATS, check_format, detect_format, split_format
 from shardvol.kvstore import FileStore, KVStore, open_store
 from shardvol.ops.tasks import check_reachable, run_tasks
+from shardvol.precomputed.sharded import ShardedChunkStore
 from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import ZarrArray
 from shardvol.zarr3 import create as create_zarr
@@ -144,10 +145,10 @@ def zarr_geometry(arr: ZarrArray) -> Geometry:
     default_type = "segmentation" if labels else "image"
     return Geometry(
         dtype=arr.dtype,
-        size=size,  # type: ignore[arg-type]
+        size=size,  # type: ignore[arg-type]  # 3 axes
         voxel_offset=_vec(kept.get("voxel_offset", (0, 0, 0)), int, f"{where}.voxel_offset"),
         num_channels=arr.shape[axes[3]] if arr.ndim == 4 else 1,
-        resolution=_vec(resolution, float, f"{where}.resolution"),  # type: ignore[arg-type]
+        resolution=_vec(resolution, float, f"{where}.resolution"),
         layer_type=str(kept.get("type", default_type)),
         encoding=str(kept.get("encoding", "raw")),
         chunk_size=_vec(kept.get("chunk_size", inner), int, f"{where}.chunk_size"),
@@ -183,7 +184,7 @@ def _units_resolution(units: Any, axes: Sequence[int]) -> tuple[float, float, fl
             out.append(float(m.group(1) or 1) * _NM[m.group(2)])
         else:
             out.append(1.0)
-    return tuple(out)  # type: ignore[return-value]
+    return tuple(out)  # type: ignore[return-value]  # 3 axes
 
 
 # --------------------------------------------------------------------------- endpoints
@@ -249,7 +250,7 @@ class ZarrFrame(Frame):
 
 
 def _slices(box: Box) -> tuple[slice, slice, slice]:
-    return tuple(slice(a, b) for a, b in zip(*box))  # type: ignore[return-value]
+    return tuple(slice(a, b) for a, b in zip(*box))  # type: ignore[return-value]  # 3 axes
 
 
 @functools.lru_cache(maxsize=8)
@@ -282,11 +283,13 @@ def run_copy_task(task: CopyTask) -> None:
     assert isinstance(dst, PrecomputedFrame)
     engine = dst.vol.chunked_array  # the shard is replaced whole: its chunks are encoded here
     store = dst.vol.chunk_store
+    assert isinstance(store, ShardedChunkStore) and task.shard is not None  # (hashed shards)
     put = {}
     for coord in store.scan_unit_chunks(task.shard):
         start = engine.grid.chunk_start(coord)[:3]
         stop = tuple(s + e for s, e in zip(start, engine.grid.chunk_extent(coord)[:3]))
-        put[coord] = engine.codec.encode(src.read((start, stop)))  # type: ignore[arg-type]
+        box = (start, stop)
+        put[coord] = engine.codec.encode(src.read(box))  # type: ignore[arg-type]  # 3 axes
     store.update_unit(task.shard, put, replace=True)
 
 
@@ -301,7 +304,7 @@ def _blocks(unit: Sequence[int], size: Sequence[int], voxel_bytes: int, target: 
             if shape[d] < size[d] and math.prod(shape) * 2 * voxel_bytes <= target:
                 shape[d] *= 2
                 grew = True
-    return tuple(shape)  # type: ignore[return-value]
+    return tuple(shape)  # type: ignore[return-value]  # 3 axes
 
 
 def _boxes(origin: Vec3, size: Vec3, block: Sequence[int]) -> list[Box]:
@@ -315,11 +318,15 @@ def _boxes(origin: Vec3, size: Vec3, block: Sequence[int]) -> list[Box]:
                 start = tuple(o + v for o, v in zip(origin, lo))
                 stop = tuple(o + min(v + b, n) for o, v, b, n in zip(origin, lo, block, size))
                 out.append((start, stop))
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # boxes of 3 axes
 
 
 def plan(
-    geometry: Geometry, dst: Frame, run: str, src_ep: Endpoint, dst_ep: Endpoint
+    geometry: Geometry,
+    dst: PrecomputedFrame | ZarrFrame,
+    run: str,
+    src_ep: Endpoint,
+    dst_ep: Endpoint,
 ) -> list[CopyTask]:
     """Tasks that each own whole output units of ``dst``."""
     g = geometry
@@ -340,7 +347,9 @@ def plan(
 def _hashed_shard_tasks(vol: Volume, run: str, src: Endpoint, dst: Endpoint) -> list[CopyTask]:
     """One task per shard file when shards are not spatial blocks (hashed chunk ids);
     each task finds its shard's chunks itself (tasks stay small to send)."""
-    return [CopyTask(run, src, dst, None, s) for s in vol.chunk_store.all_units()]
+    store = vol.chunk_store
+    assert isinstance(store, ShardedChunkStore)  # (a sharded scale)
+    return [CopyTask(run, src, dst, None, s) for s in store.all_units()]
 
 
 # --------------------------------------------------------------------------- destinations
@@ -358,7 +367,7 @@ def _shape3(value: Sequence[int] | None, channels: int, name: str) -> Vec3 | Non
             f"{name} must be 3 positive sizes (x, y, z) or 4 ending in the channel count "
             f"{channels}, got {list(value)}"
         )
-    return tuple(v)  # type: ignore[return-value]
+    return tuple(v)  # type: ignore[return-value]  # 3 axes (length checked above)
 
 
 def _create_precomputed(
@@ -367,7 +376,7 @@ def _create_precomputed(
     *,
     encoding: str | None,
     chunk_size: Vec3 | None,
-    sharding: None | str | dict[str, Any],
+    sharding: str | dict[str, Any] | None,
     overwrite: bool,
 ) -> Volume:
     encoding = (encoding or g.encoding).lower()
@@ -386,7 +395,7 @@ def _create_zarr(
     *,
     chunk_size: Vec3 | None,
     inner: Vec3 | None,
-    sharding: None | str,
+    sharding: str | None,
     codecs: Sequence[Codec | JSON] | None,
     overwrite: bool,
 ) -> ZarrArray:
@@ -427,7 +436,7 @@ def copy(
     mip: int | str | Sequence[float] = 0,
     format: str | None = None,
     encoding: str | None = None,
-    sharding: None | str | dict[str, Any] = "auto",
+    sharding: str | dict[str, Any] | None = "auto",
     chunk_size: Sequence[int] | None = None,
     inner_chunk_shape: Sequence[int] | None = None,
     codecs: Sequence[Codec | JSON] | None = None,
@@ -477,7 +486,8 @@ def copy(
         )
     if existing is not None and existing != out_format:
         raise InvalidArgumentError(
-            f"{_url(dst_rest)} holds a {existing} volume; it cannot be overwritten with {out_format}"
+            f"{_url(dst_rest)} holds a {existing} volume; "
+            f"it cannot be overwritten with {out_format}"
         )
     check_reachable([open_store(src_rest), open_store(dst_rest)], executor)
     if _location(src_rest) == _location(dst_rest):
@@ -502,13 +512,13 @@ def copy(
             overwrite=overwrite,
         )  # fmt: skip
         dst_ep = Endpoint("precomputed", dst_rest, out.scale.key, compress_level)
-        frame: Frame = PrecomputedFrame(out)
+        frame: PrecomputedFrame | ZarrFrame = PrecomputedFrame(out)
     else:
-        _reject(encoding=encoding, compress_level=compress_level,
-                why="Zarr output (use codecs=)")
+        _reject(encoding=encoding, compress_level=compress_level, why="Zarr output (use codecs=)")
         if sharding not in ("auto", None):
             raise InvalidArgumentError(
-                f"sharding for Zarr output is 'auto' (sharded) or None (unsharded), got {sharding!r}"
+                "sharding for Zarr output is 'auto' (sharded) or None (unsharded), "
+                f"got {sharding!r}"
             )
         out = _create_zarr(
             dst_rest, geometry, chunk_size=chunk3, inner=inner3, sharding=sharding, codecs=codecs,

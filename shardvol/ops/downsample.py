@@ -56,7 +56,9 @@ def parse_bytes(value: int | str) -> int:
         return value
     m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?)(I?)B?\s*", str(value), re.IGNORECASE)
     if not m or float(m.group(1)) <= 0:
-        raise InvalidArgumentError(f"memory_limit must be a positive size like '2GB', got {value!r}")
+        raise InvalidArgumentError(
+            f"memory_limit must be a positive size like '2GB', got {value!r}"
+        )
     power = " KMGT".index(m.group(2).upper() or " ")
     return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
 
@@ -102,9 +104,17 @@ def _owned(footprint: tuple[int, int], lo: int, hi: int, unit: int) -> tuple[int
     return (a, b) if a < b else (a, a)
 
 
-def plan_stage(url: str, source: Scale, targets: Sequence[Scale], factor: Sequence[int],
-               method: str, fill_value: Any, resume: bool, slabs: int,
-               compress_level: int) -> list[Task]:
+def plan_stage(
+    url: str,
+    source: Scale,
+    targets: Sequence[Scale],
+    factor: Sequence[int],
+    method: str,
+    fill_value: Any,
+    resume: bool,
+    slabs: int,
+    compress_level: int,
+) -> list[Task]:
     """Tasks of one stage: one per unit of the coarsest target (see the module doc)."""
     m = len(targets)
     coarse = targets[-1]
@@ -119,15 +129,28 @@ def plan_stage(url: str, source: Scale, targets: Sequence[Scale], factor: Sequen
             scale = [factor[d] ** (m - k) for d in range(3)]
             lo, hi = [], []
             for d in range(3):
-                a, b = _owned((box[d][0] * scale[d], box[d][1] * scale[d]),
-                              t.lo[d], t.hi[d], t.unit[d])
+                a, b = _owned(
+                    (box[d][0] * scale[d], box[d][1] * scale[d]), t.lo[d], t.hi[d], t.unit[d]
+                )
                 lo.append(a)
                 hi.append(b)
             regions.append((tuple(lo), tuple(hi)))
         if any(all(a < b for a, b in zip(*r)) for r in regions):
-            tasks.append(Task(url, source.key, tuple(t.key for t in targets), tuple(regions),
-                              tuple(factor), method, slabs, fill_value, resume,  # type: ignore[arg-type]
-                              tuple((t.lo[2], t.chunk[2]) for t in targets), compress_level))
+            tasks.append(
+                Task(
+                    url,
+                    source.key,
+                    tuple(t.key for t in targets),
+                    tuple(regions),  # type: ignore[arg-type]  # boxes of 3 axes
+                    tuple(factor),  # type: ignore[arg-type]  # 3 factors
+                    method,
+                    slabs,
+                    fill_value,
+                    resume,
+                    tuple((t.lo[2], t.chunk[2]) for t in targets),
+                    compress_level,
+                )
+            )
     return tasks
 
 
@@ -144,7 +167,8 @@ def _source_box(regions: Sequence[Box], factor: Sequence[int], source: Box) -> B
             hi[d] = max(hi[d], min(b[d] * f, source[1][d]))
     if lo[0] is math.inf:
         return None
-    return tuple(int(v) for v in lo), tuple(int(v) for v in hi)  # type: ignore[return-value]
+    box = tuple(int(v) for v in lo), tuple(int(v) for v in hi)
+    return box  # type: ignore[return-value]  # 3 axes
 
 
 def _nbytes(box: Box, itemsize: int) -> int:
@@ -177,8 +201,10 @@ def _slab_boxes(task: Task) -> list[tuple[Box, ...]]:
     so no chunk is written by two slabs."""
     if task.slabs <= 1:
         return [task.regions]
-    cuts = [_z_cuts(a[2], b[2], o, c, task.slabs) if a[2] < b[2] else [a[2]] * (task.slabs + 1)
-            for (a, b), (o, c) in zip(task.regions, task.z_grids)]
+    cuts = [
+        _z_cuts(a[2], b[2], o, c, task.slabs) if a[2] < b[2] else [a[2]] * (task.slabs + 1)
+        for (a, b), (o, c) in zip(task.regions, task.z_grids)
+    ]
     return [
         tuple(((a[0], a[1], z[i]), (b[0], b[1], z[i + 1])) for (a, b), z in zip(task.regions, cuts))
         for i in range(task.slabs)
@@ -187,11 +213,13 @@ def _slab_boxes(task: Task) -> list[tuple[Box, ...]]:
 
 def run_task(task: Task) -> int:
     """Execute one task (in any process); returns the number of output voxels written."""
-    src = Volume(task.url, mip=task.source, fill_value=task.fill_value,
-                 compress_level=task.compress_level)
+    src = Volume(
+        task.url, mip=task.source, fill_value=task.fill_value, compress_level=task.compress_level
+    )
     outs = [src.mip(key) for key in task.targets]
     if task.resume and all(
-        all(v.exists(_slices(r)).values()) for v, r in zip(outs, task.regions)
+        all(v.exists(_slices(r)).values())
+        for v, r in zip(outs, task.regions)
         if all(a < b for a, b in zip(*r))
     ):
         return 0
@@ -225,18 +253,20 @@ def _unit_layers(task: Task, finest: Scale) -> int:
 
 
 def _slices(box: Box) -> tuple[slice, slice, slice]:
-    return tuple(slice(a, b) for a, b in zip(*box))  # type: ignore[return-value]
+    return tuple(slice(a, b) for a, b in zip(*box))  # type: ignore[return-value]  # 3 axes
 
 
-def _validate(vol: Volume, factor: Sequence[int], num_mips: int, method: str) -> tuple[
-        tuple[int, int, int], str]:
+def _validate(
+    vol: Volume, factor: Sequence[int], num_mips: int, method: str
+) -> tuple[tuple[int, int, int], str]:
     try:
         f = tuple(int(v) for v in factor)
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"factor must be 3 positive integers, got {factor!r}") from None
     if len(f) != 3 or any(v < 1 for v in f) or f == (1, 1, 1):
         raise InvalidArgumentError(
-            f"factor must be 3 positive integers, at least one > 1, got {factor!r}")
+            f"factor must be 3 positive integers, at least one > 1, got {factor!r}"
+        )
     if isinstance(num_mips, numbers.Integral) and not isinstance(num_mips, bool):
         num_mips = int(num_mips)  # numpy integers too
     if not isinstance(num_mips, int) or num_mips < 1:
@@ -252,8 +282,9 @@ def _validate(vol: Volume, factor: Sequence[int], num_mips: int, method: str) ->
             if f[d] > 1 and prev <= 1:
                 raise InvalidArgumentError(
                     f"mip {k} would shrink axis {'xyz'[d]} below one voxel (it is {prev} voxel "
-                    f"at mip {k - 1}); use fewer mips or factor 1 on that axis")
-    return f, method  # type: ignore[return-value]
+                    f"at mip {k - 1}); use fewer mips or factor 1 on that axis"
+                )
+    return f, method
 
 
 def mip_geometry(vol: Volume, factor: Sequence[int], k: int) -> tuple[list[int], list[int]]:
@@ -264,23 +295,42 @@ def mip_geometry(vol: Volume, factor: Sequence[int], k: int) -> tuple[list[int],
     return offset, [-(-hi[d] // f[d]) - offset[d] for d in range(3)]
 
 
-def add_scales(vol: Volume, factor: Sequence[int], num_mips: int, *, encoding: str | None,
-               chunk_size: Sequence[int] | None, sharding: None | str | dict,
-               overwrite: bool) -> list[Volume]:
+def add_scales(
+    vol: Volume,
+    factor: Sequence[int],
+    num_mips: int,
+    *,
+    encoding: str | None,
+    chunk_size: Sequence[int] | None,
+    sharding: str | dict | None,
+    overwrite: bool,
+) -> list[Volume]:
     """Add mips 1..num_mips of ``vol`` to its info file (idempotent for equal parameters)."""
     out = []
     for k in range(1, num_mips + 1):
         offset, size = mip_geometry(vol, factor, k)
-        out.append(vol.add_scale(
-            resolution=[r * factor[d] ** k for d, r in enumerate(vol.resolution)], size=size,
-            voxel_offset=offset, chunk_size=chunk_size, encoding=encoding, sharding=sharding,
-            overwrite=overwrite))
+        out.append(
+            vol.add_scale(
+                resolution=[r * factor[d] ** k for d, r in enumerate(vol.resolution)],
+                size=size,
+                voxel_offset=offset,
+                chunk_size=chunk_size,
+                encoding=encoding,
+                sharding=sharding,
+                overwrite=overwrite,
+            )
+        )
     return out
 
 
-def _check_shared_shards(vol: Volume, factor: Sequence[int], num_mips: int,
-                         chunk_size: Sequence[int] | None, sharding: None | str | dict,
-                         executor: Executor | None) -> None:
+def _check_shared_shards(
+    vol: Volume,
+    factor: Sequence[int],
+    num_mips: int,
+    chunk_size: Sequence[int] | None,
+    sharding: str | dict | None,
+    executor: Executor | None,
+) -> None:
     """Refuse output sharding whose shards are not spatial blocks where writers could race.
 
     Tasks then share shards and merge into them under the shards' locks, which hold for
@@ -300,11 +350,19 @@ def _check_shared_shards(vol: Volume, factor: Sequence[int], num_mips: int,
             raise InvalidArgumentError(
                 f"mip {k}: with this sharding spec shards are not spatial blocks, so tasks "
                 f"would share shard files, which {vol.url} cannot lock across processes; use "
-                "sharding='auto', or executor=None (threads of this process)")
+                "sharding='auto', or executor=None (threads of this process)"
+            )
 
 
-def plan(vol: Volume, targets: list[Volume], factor: Sequence[int], method: str,
-         memory_limit: int, workers: int, resume: bool) -> list[list[Task]]:
+def plan(
+    vol: Volume,
+    targets: list[Volume],
+    factor: Sequence[int],
+    method: str,
+    memory_limit: int,
+    workers: int,
+    resume: bool,
+) -> list[list[Task]]:
     """Stages of tasks; each stage's per-task memory stays within memory_limit / workers."""
     budget = memory_limit / max(1, workers)
     itemsize = vol.dtype.itemsize * vol.num_channels
@@ -315,23 +373,38 @@ def plan(vol: Volume, targets: list[Volume], factor: Sequence[int], method: str,
         chosen = None
         for m in range(len(remaining), 0, -1):
             scales = [Scale.of(t) for t in remaining[:m]]
-            tasks = plan_stage(source.url, src, scales, factor, method, source.fill_value,
-                               resume, 1, source.compress_level)
+            tasks = plan_stage(
+                source.url,
+                src,
+                scales,
+                factor,
+                method,
+                source.fill_value,
+                resume,
+                1,
+                source.compress_level,
+            )
             out_bytes = max(sum(_nbytes(r, itemsize) for r in t.regions) for t in tasks)
-            need = max(_nbytes(_source_box(t.regions, factor, (src.lo, src.hi))
-                               or ((0,) * 3,) * 2, itemsize) for t in tasks)
+            need = max(
+                _nbytes(
+                    _source_box(t.regions, factor, (src.lo, src.hi)) or ((0,) * 3,) * 2, itemsize
+                )
+                for t in tasks
+            )
             slabs = max(1, math.ceil(need * _SOURCE_OVERHEAD / (budget / 2)))
             # every mip's regions must be cut into that many slabs (on their chunk
             # boundaries), else a slab would pool that mip from its whole z range at once:
             # such mips go to a later stage, which pools them from a smaller source
-            if m == 1 or (out_bytes <= budget / 2 and all(
-                _z_layers(r, z) >= slabs for t in tasks for r, z in zip(t.regions, t.z_grids)
-            )):
+            if m == 1 or (
+                out_bytes <= budget / 2
+                and all(
+                    _z_layers(r, z) >= slabs for t in tasks for r, z in zip(t.regions, t.z_grids)
+                )
+            ):
                 chosen = (m, scales, tasks, slabs)
                 break
-        m, scales, tasks, slabs = chosen  # type: ignore[misc]
-        stages.append([replace(t, slabs=max(slabs, _unit_layers(t, scales[0])))
-                       for t in tasks])
+        m, scales, tasks, slabs = chosen  # type: ignore[misc]  # not None: m == 1 is always chosen
+        stages.append([replace(t, slabs=max(slabs, _unit_layers(t, scales[0]))) for t in tasks])
         source, remaining = remaining[m - 1], remaining[m:]
     return stages
 
@@ -343,7 +416,7 @@ def downsample(
     method: str = "auto",
     encoding: str | None = None,
     chunk_size: Sequence[int] | None = None,
-    sharding: None | str | dict = "auto",
+    sharding: str | dict | None = "auto",
     executor: Executor | None = None,
     memory_limit: int | str = "2GB",
     progress: bool = True,
@@ -367,12 +440,19 @@ def downsample(
     limit = parse_bytes(memory_limit)
     check_reachable([vol.store], executor)
     _check_shared_shards(vol, f, num_mips, chunk_size, sharding, executor)
-    targets = add_scales(vol, f, num_mips, encoding=encoding, chunk_size=chunk_size,
-                         sharding=sharding, overwrite=overwrite)
+    targets = add_scales(
+        vol,
+        f,
+        num_mips,
+        encoding=encoding,
+        chunk_size=chunk_size,
+        sharding=sharding,
+        overwrite=overwrite,
+    )
     workers = default_parallel() if executor is None else 1
     stages = plan(vol, targets, f, method, limit, workers, resume)
     for i, tasks in enumerate(stages, start=1):
-        run_tasks(run_task, tasks, executor, progress=progress,
-                  desc=f"downsample stage {i}/{len(stages)}")
+        run_tasks(
+            run_task, tasks, executor, progress=progress, desc=f"downsample stage {i}/{len(stages)}"
+        )
     return [vol.mip(t.scale.key) for t in targets]
-

@@ -99,19 +99,20 @@ def _as_4d(array) -> tuple[np.ndarray, np.dtype, bool]:
         array = array[..., np.newaxis]
     if any(s % array.itemsize for s in array.strides):
         array = np.asfortranarray(array)
-    if dtype == bool:
+    if dtype.kind == "b":
         array = array.view(np.uint8)
     return array, dtype, was_3d
 
 
 def _finish(out: np.ndarray, dtype: np.dtype, was_3d: bool) -> np.ndarray:
-    if dtype == bool:
+    if dtype.kind == "b":
         out = out.view(bool)
     return out[..., 0] if was_3d else out
 
 
 def downsampled_shape(shape, factor, phase=(0, 0, 0), mip: int = 1) -> tuple[int, ...]:
-    """Shape of mip ``mip`` of an array of ``shape`` (3 or 4 extents): ceil((phase + n) / f**mip)."""
+    """Shape of mip ``mip`` of an array of ``shape`` (3 or 4 extents):
+    ceil((phase + n) / f**mip)."""
     mip = _num_mips(mip)
     f = _factor(factor, mip)
     extents = _ints(shape, "shape", (3, 4))

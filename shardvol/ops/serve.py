@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import BinaryIO
+from typing import BinaryIO, Literal, cast
 
 from shardvol.compression import gzip_decompress
 from shardvol.errors import ChunkDecodeError
@@ -118,7 +118,7 @@ def _accepts_gzip(header: str) -> bool:
     return max(named) > 0 if named else weights.get("*", 0.0) > 0
 
 
-def parse_range(header: str, size: int) -> tuple[int, int] | None | bool:
+def parse_range(header: str, size: int) -> tuple[int, int] | Literal[False] | None:
     """``(start, stop)`` of a single-range ``Range`` header for a body of ``size`` bytes.
 
     None: ignore the header (malformed or several ranges: serve the whole body);
@@ -377,7 +377,8 @@ class VolumeServer(ThreadingHTTPServer):
     @property
     def base_url(self) -> str:
         """``http://HOST:PORT`` as clients should write it."""
-        host, port = self.server_address[:2]
+        # (the stubs allow a bytes host; this server binds the str it is given)
+        host, port = cast("tuple[str, int]", self.server_address[:2])
         if host in ("0.0.0.0", "::"):
             host = socket.gethostname()
         elif ":" in host:

@@ -50,7 +50,7 @@ def run_tasks(
     tasks not yet started are cancelled.
     """
     own = executor is None
-    pool: Executor = ThreadPoolExecutor(max_workers=default_parallel()) if own else executor
+    pool = ThreadPoolExecutor(max_workers=default_parallel()) if executor is None else executor
     futures: list[Future] = []
     try:
         futures = [pool.submit(fn, task) for task in tasks]

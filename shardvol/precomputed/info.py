@@ -75,7 +75,8 @@ class ScaleInfo:
     @property
     def grid_size(self) -> Vec3:
         """Number of chunks along x, y, z."""
-        return tuple(-(-s // c) for s, c in zip(self.size, self.chunk_size))  # type: ignore[return-value]
+        shape = tuple(-(-s // c) for s, c in zip(self.size, self.chunk_size))
+        return shape  # type: ignore[return-value]  # 3 axes
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "scale") -> ScaleInfo:
@@ -221,7 +222,9 @@ class VolumeInfo:
         if encoding == "jpeg" and (dt != "uint8" or nc not in (1, 3)):
             raise InfoError(f"info: {where} jpeg needs uint8 with 1 or 3 channels, not {dt} x {nc}")
         if encoding == "png" and (dt not in ("uint8", "uint16") or not 1 <= nc <= 4):
-            raise InfoError(f"info: {where} png needs uint8/uint16 with 1-4 channels, not {dt} x {nc}")
+            raise InfoError(
+                f"info: {where} png needs uint8/uint16 with 1-4 channels, not {dt} x {nc}"
+            )
         if encoding == "compressed_segmentation" and dt not in ("uint32", "uint64"):
             raise InfoError(f"info: {where} compressed_segmentation needs uint32/uint64, not {dt}")
 
@@ -251,16 +254,19 @@ class VolumeInfo:
         """Index of a scale chosen by position, key, or resolution."""
         if isinstance(selector, int) and not isinstance(selector, bool):
             if not -len(self.scales) <= selector < len(self.scales):
-                raise InfoError(f"mip {selector} does not exist; the volume has "
-                                f"{len(self.scales)} scales")
+                raise InfoError(
+                    f"mip {selector} does not exist; the volume has {len(self.scales)} scales"
+                )
             return selector % len(self.scales)
         if isinstance(selector, str):
             for i, s in enumerate(self.scales):
                 if s.key == selector:
                     return i
-            raise InfoError(f"no scale with key {selector!r}; keys are {[s.key for s in self.scales]}")
+            raise InfoError(
+                f"no scale with key {selector!r}; keys are {[s.key for s in self.scales]}"
+            )
         try:
-            res = tuple(float(r) for r in selector)
+            res = tuple(float(r) for r in selector)  # type: ignore[union-attr]  # bool: TypeError
         except (TypeError, ValueError):
             raise InfoError(
                 f"a scale is chosen by index, key or resolution (3 numbers), not {selector!r}"
@@ -268,11 +274,14 @@ class VolumeInfo:
         for i, s in enumerate(self.scales):
             if tuple(float(r) for r in s.resolution) == res:
                 return i
-        raise InfoError(f"no scale with resolution {list(res)}; resolutions are "
-                        f"{[list(s.resolution) for s in self.scales]}")
+        raise InfoError(
+            f"no scale with resolution {list(res)}; resolutions are "
+            f"{[list(s.resolution) for s in self.scales]}"
+        )
 
     def with_scale(self, scale: ScaleInfo) -> VolumeInfo:
-        """A copy with ``scale`` added (or replacing the scale of the same key), ordered by resolution."""
+        """A copy with ``scale`` added (or replacing the scale of the same key), ordered by
+        resolution."""
         others = [s for s in self.scales if s.key != scale.key]
         scales = sorted([*others, scale], key=lambda s: (math.prod(s.resolution), s.resolution))
         return replace(self, scales=tuple(scales))

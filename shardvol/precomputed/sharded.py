@@ -14,21 +14,21 @@ from functools import cached_property
 import numpy as np
 
 from shardvol._ext.morton import compressed_morton_code, decode_morton_code
-from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore, UnitContents
+from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
 from shardvol.array.grid import ChunkGrid
 from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import InvalidArgumentError
 from shardvol.kvstore import KVStore
 from shardvol.sharding import ShardingSpec, ShardReader, encode_shard, rewrite_shard
-from shardvol.sharding.writer import ShardEntries, read_entries
 from shardvol.sharding.auto import shard_shape_in_chunks
 from shardvol.sharding.reader import obsolete_names
+from shardvol.sharding.writer import ShardEntries, read_entries
 
 _ENUMERATE_LIMIT = 1 << 22  # grids up to this many chunks are enumerated to map shard -> chunks
 _ENUMERATE_BLOCK = 1 << 18
 
 
-class ShardedChunkStore(ChunkStore):
+class ShardedChunkStore(ChunkStore[int]):
     """Chunks of one scale in ``neuroglancer_uint64_sharded_v1`` shard files."""
 
     def __init__(
@@ -63,7 +63,7 @@ class ShardedChunkStore(ChunkStore):
             for c, k, s in zip(coords, codes.tolist(), shards.tolist())
         ]
 
-    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
+    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
         codes = [int(k) for k in self.codes(coords)]
         data = self.reader.get_data_many(codes)
         return {c: data[k] for c, k in zip(coords, codes) if k in data}
@@ -102,7 +102,8 @@ class ShardedChunkStore(ChunkStore):
         for a in range(0, n, _ENUMERATE_BLOCK):
             linear = np.arange(a, min(n, a + _ENUMERATE_BLOCK))
             xyz = np.stack(np.unravel_index(linear, self.grid_size, order="F"), axis=1)
-            yield linear, self.spec.shard_and_minishard(compressed_morton_code(xyz, self.grid_size))[0]
+            codes = compressed_morton_code(xyz, self.grid_size)
+            yield linear, self.spec.shard_and_minishard(codes)[0]
 
     @cached_property
     def _shard_members(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -153,7 +154,8 @@ class ShardedChunkStore(ChunkStore):
 
     def _decode_block_origin(self, code: int) -> tuple[int, int, int] | None:
         try:
-            return tuple(int(v) for v in decode_morton_code([code], self.grid_size)[0])  # type: ignore[return-value]
+            xyz = tuple(int(v) for v in decode_morton_code([code], self.grid_size)[0])
+            return xyz  # type: ignore[return-value]  # 3 axes
         except InvalidArgumentError:
             return None
 

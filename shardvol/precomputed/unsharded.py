@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
-from shardvol.array.chunkstore import ChunkCoord, ChunkRead, ChunkStore, UnitContents
+from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
 from shardvol.array.grid import ChunkGrid
 from shardvol.compression import gzip_decompress
 from shardvol.errors import ChunkDecodeError
@@ -25,7 +25,7 @@ def chunk_key(grid: ChunkGrid, coord: ChunkCoord) -> str:
     return "_".join(f"{start[d]}-{start[d] + extent[d]}" for d in range(3))
 
 
-class UnshardedChunkStore(ChunkStore):
+class UnshardedChunkStore(ChunkStore[ChunkCoord]):
     """One file per chunk, named by its voxel bounds; ``<name>.gz`` (CloudVolume) is read too."""
 
     def __init__(
@@ -42,7 +42,7 @@ class UnshardedChunkStore(ChunkStore):
     def _name(self, key: str) -> str:
         return f"chunk {self.kv.url}/{key}"
 
-    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
+    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
         keys = [chunk_key(self.grid, c) for c in coords]
         blobs = self.kv.get_many(keys)
         found = {c: b for c, b in zip(coords, blobs) if b is not None}
@@ -67,7 +67,7 @@ class UnshardedChunkStore(ChunkStore):
                 blob = None if gz is None else self._gunzip(gz, key)
             yield c, blob, self._name(key)
 
-    def _gunzip(self, blob: bytes, key: str) -> bytes:
+    def _gunzip(self, blob: Blob, key: str) -> bytes:
         return gzip_decompress(
             blob, self._name(key) + ".gz", ChunkDecodeError, max_size=self.max_chunk_bytes
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.array.chunkstore import ChunkStore
+from shardvol.array.chunkstore import ChunkCoord, ChunkStore
 from shardvol.array.engine import ChunkedArray
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import AxisSelection, ChunkPart, chunk_parts, normalize_selection
@@ -74,10 +74,10 @@ class Volume:
             raise InvalidArgumentError(f"parallel must be a positive integer, got {parallel!r}")
         self._kv = open_store(url)
         level = DEFAULT_LEVEL if compress_level is None else check_level(compress_level)
-        self._options = dict(
-            fill_value=fill_value, fill_missing=fill_missing, bounded=bounded,
-            parallel=parallel, jpeg_quality=jpeg_quality, compress_level=level,
-        )
+        self._options: dict[str, Any] = {
+            "fill_value": fill_value, "fill_missing": fill_missing, "bounded": bounded,
+            "parallel": parallel, "jpeg_quality": jpeg_quality, "compress_level": level,
+        }
         self._meta = read_info(self._kv)
         self._select(mip)
 
@@ -98,7 +98,7 @@ class Volume:
         # no encoding stores a chunk in more than a few times its voxels' bytes: gzipped
         # data inflating to more is corrupt (or a "gzip bomb"), not a chunk
         max_chunk = 4 * math.prod(grid.chunk_shape) * meta.dtype.itemsize + (1 << 20)
-        store: ChunkStore
+        store: ChunkStore[int] | ChunkStore[ChunkCoord]
         if self._spec is None:
             store = UnshardedChunkStore(kv, grid, max_chunk)
         else:
@@ -182,7 +182,8 @@ class Volume:
     def bounds(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """``(start, stop)`` voxel coordinates of the domain (stop exclusive)."""
         start = self.scale.voxel_offset
-        return start, tuple(s + n for s, n in zip(start, self.scale.size))  # type: ignore[return-value]
+        stop = tuple(s + n for s, n in zip(start, self.scale.size))
+        return start, stop  # type: ignore[return-value]  # 3 axes
 
     @property
     def chunk_size(self) -> tuple[int, int, int]:
@@ -218,7 +219,7 @@ class Volume:
         return self._options["compress_level"]
 
     @property
-    def chunk_store(self) -> ChunkStore:
+    def chunk_store(self) -> ChunkStore[int] | ChunkStore[ChunkCoord]:
         """The chunk store of this scale (sharded or one file per chunk)."""
         return self._array.store
 
@@ -300,7 +301,7 @@ class Volume:
         chunk_size: Sequence[int] | None = None,
         encoding: str | None = None,
         compressed_segmentation_block_size: Sequence[int] | None = None,
-        sharding: None | str | dict[str, Any] = None,
+        sharding: str | dict[str, Any] | None = None,
         key: str | None = None,
         jpeg_quality: int | None = None,
         png_level: int | None = None,
@@ -359,7 +360,7 @@ class Volume:
         compressed_segmentation_block_size: Sequence[int] | None = None,
         jpeg_quality: int | None = None,
         png_level: int | None = None,
-        sharding: None | str | dict[str, Any] = None,
+        sharding: str | dict[str, Any] | None = None,
         overwrite: bool = False,
         **options: Any,
     ) -> Volume:
@@ -372,7 +373,8 @@ class Volume:
         kv = open_store(url)
         if options.get("compress_level") is not None:  # checked before anything is written
             check_level(options["compress_level"])
-        if encoding.lower() == "compressed_segmentation" and compressed_segmentation_block_size is None:
+        cseg = encoding.lower() == "compressed_segmentation"
+        if cseg and compressed_segmentation_block_size is None:
             compressed_segmentation_block_size = (8, 8, 8)
         try:
             dtype = np.dtype(data_type.lower() if isinstance(data_type, str) else data_type)
@@ -382,18 +384,28 @@ class Volume:
             raise InfoError(f"data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
         data_type = dtype.name
         scale = make_scale(
-            resolution=resolution, size=size, voxel_offset=voxel_offset, chunk_size=chunk_size,
-            encoding=encoding, compressed_segmentation_block_size=compressed_segmentation_block_size,
-            sharding=sharding, key=None, dtype=dtype, num_channels=num_channels,
-            jpeg_quality=jpeg_quality, png_level=png_level,
+            resolution=resolution,
+            size=size,
+            voxel_offset=voxel_offset,
+            chunk_size=chunk_size,
+            encoding=encoding,
+            compressed_segmentation_block_size=compressed_segmentation_block_size,
+            sharding=sharding,
+            key=None,
+            dtype=dtype,
+            num_channels=num_channels,
+            jpeg_quality=jpeg_quality,
+            png_level=png_level,
         )
-        meta = VolumeInfo.from_dict({
-            "@type": "neuroglancer_multiscale_volume",
-            "type": type,
-            "data_type": data_type,
-            "num_channels": num_channels,
-            "scales": [scale.to_dict()],
-        })
+        meta = VolumeInfo.from_dict(
+            {
+                "@type": "neuroglancer_multiscale_volume",
+                "type": type,
+                "data_type": data_type,
+                "num_channels": num_channels,
+                "scales": [scale.to_dict()],
+            }
+        )
         with kv.lock(INFO_KEY):
             old = kv.get(INFO_KEY)
             if old is not None:
@@ -420,7 +432,7 @@ def make_scale(
     chunk_size: Sequence[int],
     encoding: str,
     compressed_segmentation_block_size: Sequence[int] | None,
-    sharding: None | str | dict[str, Any],
+    sharding: str | dict[str, Any] | None,
     key: str | None,
     dtype: np.dtype,
     num_channels: int,
@@ -434,7 +446,7 @@ def make_scale(
     encoding = encoding.lower()
     res = [float(r) if not float(r).is_integer() else int(r) for r in resolution]
     d: dict[str, Any] = {
-        "key": key or resolution_key(tuple(res)),  # type: ignore[arg-type]
+        "key": key or resolution_key(tuple(res)),  # type: ignore[arg-type]  # 3 axes
         "size": [_integer(v) for v in size],
         "resolution": res,
         "voxel_offset": [_integer(v) for v in voxel_offset],
@@ -480,9 +492,7 @@ def _fill_value(value: Any, dtype: np.dtype, url: str) -> Any:
     try:
         return cast_scalar(value, dtype)
     except InvalidArgumentError:
-        raise InvalidArgumentError(
-            f"{url}: fill_value {value!r} is not a {dtype} value"
-        ) from None
+        raise InvalidArgumentError(f"{url}: fill_value {value!r} is not a {dtype} value") from None
 
 
 def _delete_prefix(kv: KVStore, key: str) -> None:

@@ -51,7 +51,9 @@ def auto_sharding(
     })
 
 
-def shard_shape_in_chunks(spec: ShardingSpec, grid_size: Sequence[int]) -> tuple[int, int, int] | None:
+def shard_shape_in_chunks(
+    spec: ShardingSpec, grid_size: Sequence[int]
+) -> tuple[int, int, int] | None:
     """Chunks per shard along x, y, z when shards are aligned blocks, else None.
 
     Shards are aligned blocks when the hash is the identity and ``shard_bits``

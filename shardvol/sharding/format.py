@@ -50,7 +50,7 @@ class MinishardIndex(NamedTuple):
 EMPTY_MINISHARD = MinishardIndex(*(np.zeros(0, dtype=np.uint64) for _ in range(3)))
 
 
-def decode_shard_index(buf: bytes, spec: ShardingSpec, filename: str) -> np.ndarray:
+def decode_shard_index(buf: bytes | memoryview, spec: ShardingSpec, filename: str) -> np.ndarray:
     """The ``(num_minishards, 2)`` uint64 array of minishard index ranges (relative offsets)."""
     if len(buf) != spec.index_length:
         raise ShardFormatError(

@@ -57,7 +57,7 @@ class _Shard(NamedTuple):
     filename: str  # the <shard>.shard name, the cache key
     data_key: str  # the file holding minishard indexes and data (.shard, or obsolete .data)
     origin: int  # position in data_key of the end of the shard index
-    index: np.ndarray  # (num_minishards, 2) minishard index ranges relative to origin
+    ranges: np.ndarray  # (num_minishards, 2) minishard index ranges relative to origin
     version: Hashable | None = None  # data_key's version token when the index was read
 
 
@@ -141,8 +141,11 @@ class ShardReader:
         self.store = open_store(store_or_url)
         self.max_value_size = max_value_size
         self.spec = spec if isinstance(spec, ShardingSpec) else ShardingSpec.from_dict(spec)
-        self.shard_index_cache = LRU(shard_index_cache_size)
-        self.minishard_index_cache = LRU(minishard_index_cache_size)
+        self.shard_index_cache: LRU[str] = LRU(shard_index_cache_size)
+        #: (shard file name, its version, minishard) -> MinishardIndex
+        self.minishard_index_cache: LRU[tuple[str, Hashable | None, int]] = LRU(
+            minishard_index_cache_size
+        )
         # where keys read before are: {shard filename: (version, data key, {key: (start,
         # size)})}; used while the shard's cached index has that version (see _remembered)
         self._where: dict[str, tuple[Hashable, str, dict[int, tuple[int, int]]]] = {}
@@ -206,6 +209,7 @@ class ShardReader:
         """
         pending = as_keys(keys)
         gzip = decode and self.spec.data_encoding == "gzip"
+        blob: bytes | memoryview
         for _ in range(ATTEMPTS):
             done: list[int] = []
             try:
@@ -242,7 +246,7 @@ class ShardReader:
             if entry is None:
                 continue
             data_key = self._data_key(fn, entry.index)
-            if isinstance(error, Stale) and error.key == data_key or (
+            if (isinstance(error, Stale) and error.key == data_key) or (
                 not self.store.still_at(data_key, entry.version)
             ):
                 self.invalidate(fn)
@@ -281,7 +285,7 @@ class ShardReader:
             shard = self._shard_infos([filename])[0].index  # a changed file is read again
             if shard is None:
                 return np.zeros(0, dtype=np.uint64)
-            used = np.flatnonzero(shard.index[:, 1] != shard.index[:, 0])
+            used = np.flatnonzero(shard.ranges[:, 1] != shard.ranges[:, 0])
             msis = self._minishard_indexes([(shard, m) for m in used.tolist()])
             ids = [msi.ids for msi in msis]
             return np.sort(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.uint64)
@@ -306,7 +310,7 @@ class ShardReader:
         With ``check``, a cached index whose file has another version now is dropped and
         read again (else the caller checks, see :meth:`_locate`).
         """
-        out: list[Versioned] = [None] * len(filenames)  # type: ignore[list-item]
+        out: list[Versioned] = [None] * len(filenames)  # type: ignore[list-item]  # all filled
         missing = []
         for i, fn in enumerate(filenames):
             entry = self.shard_index_cache.get(fn)
@@ -336,13 +340,16 @@ class ShardReader:
         read = self._ranges.get_versioned(requests, self._truncated_index)
         out: list[tuple[_Shard | None, Hashable | None]] = []
         for fn, (blob, version) in zip(filenames, read):
-            shard = None if blob is None else _Shard(fn, fn, n, decode_shard_index(blob, self.spec, fn))
+            shard = None
+            if blob is not None:
+                shard = _Shard(fn, fn, n, decode_shard_index(blob, self.spec, fn))
             out.append((shard, version))
         absent = [i for i, (shard, _) in enumerate(out) if shard is None]
         if absent:
             names = [obsolete_names(filenames[i]) for i in absent]
-            blobs = self._ranges.get([(idx, (0, n)) for idx, _ in names], None,
-                                     self._truncated_index)
+            blobs = self._ranges.get(
+                [(idx, (0, n)) for idx, _ in names], None, self._truncated_index
+            )
             for i, (idx, data), blob in zip(absent, names, blobs):
                 if blob is not None:
                     shard = _Shard(filenames[i], data, 0, decode_shard_index(blob, self.spec, idx))
@@ -375,7 +382,7 @@ class ShardReader:
         for idxs in by_shard.values():
             shard = wanted[idxs[0]][0]
             ms = np.array([wanted[i][1] for i in idxs], dtype=np.intp)
-            ranges = check_minishard_ranges(shard.index, ms, shard.data_key).tolist()
+            ranges = check_minishard_ranges(shard.ranges, ms, shard.data_key).tolist()
             for i, m, (start, end) in zip(idxs, ms.tolist(), ranges):
                 if start == end:
                     out[i] = EMPTY_MINISHARD
@@ -386,7 +393,7 @@ class ShardReader:
                     )
         if pending:
             self._fetch_minishard_indexes(pending, out)
-        return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]  # no None left: every slot is filled by now
 
     def _fetch_minishard_indexes(self, pending: dict, out: list) -> None:
         """Read and decode the minishard indexes of ``pending`` ({data file: [(start, stop,
@@ -505,8 +512,15 @@ class ShardReader:
         """Whether the file a cached shard index was read from still has its version."""
         return self.store.still_at(self._data_key(filename, entry.index), entry.version)
 
-    def _remember(self, files: list[str], cached: list[Versioned], read: np.ndarray,
-                  keys: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
+    def _remember(
+        self,
+        files: list[str],
+        cached: list[Versioned],
+        read: np.ndarray,
+        keys: np.ndarray,
+        starts: np.ndarray,
+        sizes: np.ndarray,
+    ) -> None:
         """Keep where the found keys are (files by number ``read``), for _remembered."""
         if self._where_count + len(keys) > _REMEMBER_LIMIT:
             self._where.clear()
@@ -563,7 +577,7 @@ class ShardReader:
 
     def _read_data(self, loc: _Located) -> list[memoryview]:
         """The stored bytes of each located key (views into coalesced reads)."""
-        out: list[memoryview] = [None] * len(loc.keys)  # type: ignore[list-item]
+        out: list[memoryview] = [None] * len(loc.keys)  # type: ignore[list-item]  # all filled
         for i, view in self._iter_read_data(loc, group_bytes=None):
             out[i] = view
         return out

@@ -157,10 +157,7 @@ class ShardingSpec:
         h = self.hashed(keys)
         mb, sb = self.minishard_bits, self.shard_bits
         minishard = h & np.uint64((1 << mb) - 1)
-        if sb == 0:
-            shard = np.zeros_like(h)
-        else:
-            shard = (h >> np.uint64(mb)) & np.uint64((1 << sb) - 1)
+        shard = np.zeros_like(h) if sb == 0 else (h >> np.uint64(mb)) & np.uint64((1 << sb) - 1)
         return shard, minishard
 
     def shard_filename(self, shard_number: int) -> str:

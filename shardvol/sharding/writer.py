@@ -214,7 +214,7 @@ class ShardWriter:
         self._put, self._delete = {}, set()
         return update_shard(self.store, self.spec, put, delete, self.reader, self.level)
 
-    def __enter__(self) -> ShardWriter:  # noqa: PYI034
+    def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -36,12 +36,13 @@ class ZarrArray:
         store: ZarrChunkStore,
         *,
         mode: str = "r+",
-        order: str = "C",
+        order: Literal["C", "F"] = "C",
         parallel: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(
-                f"mode must be one of {MODES} (use shardvol.zarr3.create for new arrays), got {mode!r}"
+                f"mode must be one of {MODES} (use shardvol.zarr3.create for new arrays), "
+                f"got {mode!r}"
             )
         if order not in ("C", "F"):
             raise InvalidArgumentError(f"order must be 'C' or 'F', got {order!r}")
@@ -145,7 +146,8 @@ class ZarrArray:
 
     def __repr__(self) -> str:
         return (
-            f"ZarrArray({self.url!r}, shape={self.shape}, dtype={self.dtype}, chunks={self.chunks}, "
+            f"ZarrArray({self.url!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"chunks={self.chunks}, "
             f"shards={self.shards}, mode={self._mode!r})"
         )
 
@@ -181,7 +183,7 @@ def open(
     url_or_store: str | KVStore,
     mode: str = "r+",
     *,
-    order: str = "C",
+    order: Literal["C", "F"] = "C",
     parallel: int | None = None,
 ) -> ZarrArray:
     """Open the Zarr v3 array whose ``zarr.json`` is at ``url_or_store``.
@@ -209,7 +211,7 @@ def create(
     chunk_key_encoding: str = "default",
     separator: str | None = None,
     overwrite: bool = False,
-    order: str = "C",
+    order: Literal["C", "F"] = "C",
     parallel: int | None = None,
 ) -> ZarrArray:
     """Create a new array and open it for reading and writing.

@@ -18,7 +18,7 @@ import math
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
-from shardvol.array.chunkstore import ChunkCoord, ChunkStore, UnitContents
+from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkStore, UnitContents
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError, OutOfBoundsError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.lru import LRU
@@ -36,7 +36,7 @@ _INDEX_CACHE_BYTES = 64 << 20
 _UNIT_KEYS_CACHED = 4096
 
 
-class ZarrChunkStore(ChunkStore):
+class ZarrChunkStore(ChunkStore[str]):
     """Encoded (inner) chunks of one Zarr v3 array in ``store`` (the array's directory)."""
 
     def __init__(
@@ -59,7 +59,7 @@ class ZarrChunkStore(ChunkStore):
         self._per_shard = self.layout.chunks_per_shard if self.layout else (1,) * metadata.ndim
         self._unit_keys: dict[tuple[int, ...], str] = {}  # outer grid coords -> unit key
         #: shard key -> _CachedIndex; only indexes whose shard's version the store reported
-        self.shard_index_cache = LRU(
+        self.shard_index_cache: LRU[str] = LRU(
             min(shard_index_cache_size, max(1, _INDEX_CACHE_BYTES // self.layout.index_nbytes))
             if self.layout
             else 0
@@ -156,13 +156,13 @@ class ZarrChunkStore(ChunkStore):
 
     # ----------------------------------------------------------------- reads
 
-    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes]:
+    def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
         groups = self.units(coords)
         if self.layout is None:
             keys = list(groups)
             values = self.kv.get_many(keys)
             return {groups[k][0]: v for k, v in zip(keys, values) if v is not None}
-        return self._read_sharded_stable(groups)
+        return self._read_sharded_stable(groups)  # type: ignore[return-value]  # want_data: no None
 
     def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
         """Whether each chunk is stored; sharded arrays read only the shard indexes."""
@@ -209,7 +209,7 @@ class ZarrChunkStore(ChunkStore):
         want_data: bool,
         versions: dict[str, Hashable | None],
         cached: set[str],
-    ) -> Iterator[tuple[ChunkCoord, bytes | None]]:
+    ) -> Iterator[tuple[ChunkCoord, Blob | None]]:
         """(coord, bytes, or None when only presence is wanted) of the stored chunks.
         ``versions``: filled with each shard's version as its index is read (or taken
         from the cache: those keys go in ``cached``); the chunks are then read only from
@@ -229,7 +229,7 @@ class ZarrChunkStore(ChunkStore):
                 cached.add(key)
         fetch = [k for k in keys if k not in indexes]
         requests = [k if k in whole else (k, layout.index_byte_range()) for k in fetch]
-        first: dict[str, bytes] = {}
+        first: dict[str, Blob] = {}
         for key, (data, version) in zip(
             fetch, self._ranges.get_versioned(requests, explain=self._too_short)
         ):

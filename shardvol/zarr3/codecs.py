@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import crc32c as _crc32c
 import imagecodecs
@@ -99,9 +99,14 @@ class ArrayBytesCodec(Codec):
 
     @abstractmethod
     def decode(
-        self, data: bytes, spec: ChunkSpec, context: str, out: np.ndarray | None = None
+        self,
+        data: bytes | memoryview,
+        spec: ChunkSpec,
+        context: str,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Decode into ``out`` (shape/dtype of ``spec``, C-contiguous) if given, else a new array."""
+        """Decode into ``out`` (shape/dtype of ``spec``, C-contiguous) if given, else a new
+        array."""
 
 
 class BytesBytesCodec(Codec):
@@ -120,7 +125,11 @@ class BytesBytesCodec(Codec):
 
     @abstractmethod
     def decode(
-        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+        self,
+        data: bytes | memoryview,
+        context: str,
+        size: int | None = None,
+        out: np.ndarray | None = None,
     ) -> Any:
         """Decoded bytes-like of exactly ``size`` bytes when that is known (else ChunkDecodeError).
 
@@ -143,6 +152,7 @@ def register_codec(cls: type[Codec]) -> type[Codec]:
 
 def parse_codec(entry: JSON, where: str) -> Codec:
     """One codec from its JSON (``{"name", "configuration"}`` or a bare name string)."""
+    name: object
     if isinstance(entry, str):
         name, config = entry, {}
     elif isinstance(entry, Mapping):
@@ -169,7 +179,9 @@ def default_codec(name: str) -> Codec:
     """The codec ``name`` with its default configuration (e.g. "zstd", "gzip", "crc32c")."""
     cls = _REGISTRY.get(name)
     if cls is None:
-        raise UnsupportedCodecError(f"codec {name!r} is not supported (supported: {sorted(_REGISTRY)})")
+        raise UnsupportedCodecError(
+            f"codec {name!r} is not supported (supported: {sorted(_REGISTRY)})"
+        )
     try:
         return cls()
     except TypeError as e:
@@ -213,7 +225,8 @@ class TransposeCodec(ArrayArrayCodec):
     """Permutes the axes: encoded axis ``i`` is input axis ``order[i]``."""
 
     name: ClassVar[str] = "transpose"
-    order: tuple[int, ...] | str  # a permutation, or "C"/"F" (older metadata) until resolved
+    #: a permutation, or "C"/"F" (older metadata) until resolved
+    order: tuple[int, ...] | Literal["C", "F"]
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> TransposeCodec:
@@ -304,7 +317,11 @@ class BytesCodec(ArrayBytesCodec):
         return stored.reshape(-1).view(np.uint8)
 
     def decode(
-        self, data: bytes, spec: ChunkSpec, context: str, out: np.ndarray | None = None
+        self,
+        data: bytes | memoryview,
+        spec: ChunkSpec,
+        context: str,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         if len(data) != spec.nbytes:
             raise ChunkDecodeError(
@@ -341,8 +358,12 @@ class GzipCodec(BytesBytesCodec):
         return gzip_compress(data, self.level)
 
     def decode(
-        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
-    ) -> bytes:
+        self,
+        data: bytes | memoryview,
+        context: str,
+        size: int | None = None,
+        out: np.ndarray | None = None,
+    ) -> Any:
         if size is not None and len(data) >= 4:
             # the trailer sizes the decoder's output: check it before trusting it
             trailer = struct.unpack("<I", data[-4:])[0]
@@ -352,10 +373,12 @@ class GzipCodec(BytesBytesCodec):
                 )
         if out is not None and size is not None and len(data) >= 18 and is_gzip(data):
             try:  # straight into the caller's buffer (libdeflate)
-                result = imagecodecs.gzip_decode(data, out=out)
+                result = imagecodecs.gzip_decode(
+                    data, out=out  # type: ignore[arg-type]  # imagecodecs takes any buffer
+                )
                 if len(result) == size:
                     return result
-            except Exception:  # noqa: BLE001, S110 - corrupt or multi-member: the checked path says which
+            except Exception:
                 pass
         return gzip_decompress(bytes(data), context, ChunkDecodeError, size)
 
@@ -376,22 +399,32 @@ class ZstdCodec(BytesBytesCodec):
         return cls(_int_param(config, "level", 0, -131072, 22, where), checksum)
 
     def to_json(self) -> dict[str, JSON]:
-        return {"name": self.name, "configuration": {"level": self.level, "checksum": self.checksum}}
+        return {
+            "name": self.name,
+            "configuration": {"level": self.level, "checksum": self.checksum},
+        }
 
     def encode(self, data: bytes) -> bytes:
         if self.checksum:  # imagecodecs cannot add the frame checksum; numcodecs can
             import numcodecs
 
             return bytes(numcodecs.Zstd(level=self.level, checksum=True).encode(data))
-        return imagecodecs.zstd_encode(data, level=self.level)
+        encoded = imagecodecs.zstd_encode(data, level=self.level)
+        return encoded  # type: ignore[return-value]  # imagecodecs returns bytes without out=
 
     def decode(
-        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+        self,
+        data: bytes | memoryview,
+        context: str,
+        size: int | None = None,
+        out: np.ndarray | None = None,
     ) -> Any:
         if size is not None and out is None:
             out = np.empty(size, np.uint8)  # bounds the output whatever the frame header says
         try:
-            result = imagecodecs.zstd_decode(data, out=out)
+            result = imagecodecs.zstd_decode(
+                data, out=out  # type: ignore[arg-type]  # imagecodecs takes any buffer
+            )
         except Exception as e:  # imagecodecs.ZstdError, or a too-small out buffer
             raise ChunkDecodeError(f"{context}: corrupt zstd data ({e})") from e
         if size is not None and len(result) != size:
@@ -457,7 +490,7 @@ class BloscCodec(BytesBytesCodec):
         return self
 
     def encode(self, data: bytes) -> bytes:
-        return imagecodecs.blosc_encode(
+        encoded = imagecodecs.blosc_encode(
             data,
             level=self.clevel,
             compressor=self.cname,
@@ -466,9 +499,14 @@ class BloscCodec(BytesBytesCodec):
             blocksize=self.blocksize,
             numthreads=1,
         )
+        return encoded  # type: ignore[return-value]  # imagecodecs returns bytes without out=
 
     def decode(
-        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+        self,
+        data: bytes | memoryview,
+        context: str,
+        size: int | None = None,
+        out: np.ndarray | None = None,
     ) -> Any:
         if len(data) < 16:
             raise ChunkDecodeError(f"{context}: blosc data truncated ({len(data)} bytes)")
@@ -480,7 +518,9 @@ class BloscCodec(BytesBytesCodec):
                 + ("" if size is None else f" and expected {size} decoded")
             )
         try:
-            return imagecodecs.blosc_decode(data, numthreads=1, out=out)
+            return imagecodecs.blosc_decode(
+                data, numthreads=1, out=out  # type: ignore[arg-type]  # takes any buffer
+            )
         except Exception as e:
             raise ChunkDecodeError(f"{context}: corrupt blosc data ({e})") from e
 
@@ -505,7 +545,11 @@ class Crc32cCodec(BytesBytesCodec):
         return b"".join((data, struct.pack("<I", _crc32c.crc32c(data))))
 
     def decode(
-        self, data: bytes, context: str, size: int | None = None, out: np.ndarray | None = None
+        self,
+        data: bytes | memoryview,
+        context: str,
+        size: int | None = None,
+        out: np.ndarray | None = None,
     ) -> Any:
         if len(data) < 4:
             raise ChecksumError(f"{context}: {len(data)} bytes cannot hold a crc32c checksum")
@@ -514,7 +558,8 @@ class Crc32cCodec(BytesBytesCodec):
         actual = _crc32c.crc32c(body)
         if stored != actual:
             raise ChecksumError(
-                f"{context}: crc32c checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
+                f"{context}: crc32c checksum mismatch "
+                f"(stored {stored:#010x}, computed {actual:#010x})"
             )
         if size is not None and len(body) != size:
             raise ChunkDecodeError(f"{context}: {len(body)} bytes, expected {size}")
@@ -581,16 +626,16 @@ class CodecChain:
             raise ChunkEncodeError(
                 f"chunk array has shape {list(array.shape)}, expected {list(self.spec.shape)}"
             )
-        for codec in self._aa:
-            array = codec.encode(array)
+        for aa in self._aa:
+            array = aa.encode(array)
         data = self._ab.encode(array, self._ab_spec)
-        for codec in self._bb:
-            data = codec.encode(data)
+        for bb in self._bb:
+            data = bb.encode(data)
         return data if isinstance(data, bytes) else bytes(data)
 
     def decode(
         self,
-        data: bytes,
+        data: bytes | memoryview,
         shape: Sequence[int] | None = None,
         dtype: Any = None,
         out: np.ndarray | None = None,
@@ -613,7 +658,7 @@ class CodecChain:
 
     def _decode(
         self,
-        data: bytes,
+        data: bytes | memoryview,
         shape: Sequence[int] | None,
         dtype: Any,
         out: np.ndarray | None,
@@ -650,8 +695,8 @@ class CodecChain:
             for i, codec in enumerate(reversed(self._bb)):
                 data = codec.decode(data, context, size if i == len(self._bb) - 1 else None)
             result = self._ab.decode(data, self._ab_spec, context)
-            for codec in reversed(self._aa):
-                result = codec.decode(result)
+            for aa in reversed(self._aa):
+                result = aa.decode(result)
         if out is not None and result is not out:
             np.copyto(out, result)
             return out
@@ -660,5 +705,3 @@ class CodecChain:
     def is_fill(self, array: np.ndarray) -> bool:
         """Whether every element equals the fill value (such chunks need not be stored)."""
         return is_fill(array, self.spec.fill_value)
-
-

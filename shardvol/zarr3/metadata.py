@@ -97,7 +97,8 @@ def _float_from_json(value: JSON, dtype: np.dtype, where: str) -> Any:
         digits = value[2:]
         if len(digits) != 2 * dtype.itemsize:
             raise InfoError(
-                f"{where}: hex fill_value {value!r} must have {2 * dtype.itemsize} hex digits for {dtype}"
+                f"{where}: hex fill_value {value!r} must have {2 * dtype.itemsize} hex digits "
+                f"for {dtype}"
             )
         try:
             bits = int(digits, 16)
@@ -124,8 +125,14 @@ def fill_value_from_json(value: JSON, dtype: np.dtype, where: str = "fill_value"
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         info = np.iinfo(dtype)
-        if isinstance(value, bool) or not isinstance(value, int) or not info.min <= value <= info.max:
-            raise InfoError(f"{where}: fill_value {value!r} is not an integer in the range of {dtype}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not info.min <= value <= info.max
+        ):
+            raise InfoError(
+                f"{where}: fill_value {value!r} is not an integer in the range of {dtype}"
+            )
         return dtype.type(value)
     if kind == "f":
         return _float_from_json(value, dtype, where)
@@ -168,9 +175,7 @@ def coerce_fill_value(value: Any, dtype: np.dtype) -> Any:
     try:
         return cast_scalar(value, dtype)
     except InvalidArgumentError:
-        raise InvalidArgumentError(
-            f"fill_value {value!r} does not fit data type {dtype}"
-        ) from None
+        raise InvalidArgumentError(f"fill_value {value!r} does not fit data type {dtype}") from None
 
 
 # --------------------------------------------------------------------------- chunk keys
@@ -189,7 +194,9 @@ class ChunkKeyEncoding:
                 f"chunk_key_encoding {self.name!r} is not supported (supported: 'default', 'v2')"
             )
         if self.separator not in ("/", "."):
-            raise InfoError(f"chunk_key_encoding separator must be '/' or '.', got {self.separator!r}")
+            raise InfoError(
+                f"chunk_key_encoding separator must be '/' or '.', got {self.separator!r}"
+            )
 
     @classmethod
     def from_json(cls, value: JSON, where: str = "chunk_key_encoding") -> ChunkKeyEncoding:
@@ -248,7 +255,8 @@ class ArrayMetadata:
         object.__setattr__(self, "fill_value", coerce_fill_value(self.fill_value, self.dtype))
         if any(s < 0 for s in self.shape) or any(c <= 0 for c in self.chunk_shape):
             raise InfoError(
-                f"shape {list(self.shape)} must be >= 0 and chunk_shape {list(self.chunk_shape)} > 0"
+                f"shape {list(self.shape)} must be >= 0 and "
+                f"chunk_shape {list(self.chunk_shape)} > 0"
             )
         if len(self.chunk_shape) != len(self.shape):
             raise InfoError(
@@ -257,7 +265,9 @@ class ArrayMetadata:
             )
         for what, extents in (("shape", self.shape), ("chunk_shape", self.chunk_shape)):
             if math.prod(extents) * self.dtype.itemsize >= 1 << 63:
-                raise InfoError(f"{what} {list(extents)} of {self.data_type} is 2**63 bytes or more")
+                raise InfoError(
+                    f"{what} {list(extents)} of {self.data_type} is 2**63 bytes or more"
+                )
         if self.dimension_names is not None and len(self.dimension_names) != len(self.shape):
             raise InfoError(
                 f"dimension_names {list(self.dimension_names)} must have one entry per dimension "
@@ -328,7 +338,10 @@ class ArrayMetadata:
             "node_type": "array",
             "shape": list(self.shape),
             "data_type": self.data_type,
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(self.chunk_shape)}},
+            "chunk_grid": {
+                "name": "regular",
+                "configuration": {"chunk_shape": list(self.chunk_shape)},
+            },
             "chunk_key_encoding": self.chunk_key_encoding.to_json(),
             "fill_value": fill_value_to_json(self.fill_value),
             "codecs": [c.to_json() for c in self.codecs],
@@ -377,7 +390,9 @@ class ArrayMetadata:
             raise InfoError(f"{source}: 'attributes' must be an object")
         names = doc.get("dimension_names")
         if names is not None:
-            if not isinstance(names, list) or not all(n is None or isinstance(n, str) for n in names):
+            if not isinstance(names, list) or not all(
+                n is None or isinstance(n, str) for n in names
+            ):
                 raise InfoError(f"{source}: 'dimension_names' must be a list of strings or nulls")
             names = tuple(names)
         try:
@@ -431,7 +446,9 @@ def _parse_chunk_grid(value: JSON, source: str) -> tuple[int, ...]:
     if not isinstance(value, Mapping) or not isinstance(value.get("name"), str):
         raise InfoError(f"{where} must be an object with a 'name', got {value!r}")
     if value["name"] != "regular":
-        raise UnsupportedCodecError(f"{where}: grid {value['name']!r} is not supported (only 'regular')")
+        raise UnsupportedCodecError(
+            f"{where}: grid {value['name']!r} is not supported (only 'regular')"
+        )
     config = value.get("configuration")
     if not isinstance(config, Mapping) or "chunk_shape" not in config:
         raise InfoError(f"{where}: configuration.chunk_shape is required")
@@ -449,7 +466,11 @@ def _codec_list(
     if codecs is None:
         return (BytesCodec("little"), ZstdCodec())
     parsed = tuple(
-        c if isinstance(c, Codec) else default_codec(c) if isinstance(c, str) else parse_codec(c, where)
+        c
+        if isinstance(c, Codec)
+        else default_codec(c)
+        if isinstance(c, str)
+        else parse_codec(c, where)
         for c in codecs
     )
     parsed = tuple(
@@ -493,7 +514,9 @@ def create_metadata(
     inner = _codec_list(codecs, "codecs", np_dtype.itemsize)
     if inner_chunk_shape is not None:
         if index_location not in ("start", "end"):
-            raise InvalidArgumentError(f"index_location must be 'start' or 'end', got {index_location!r}")
+            raise InvalidArgumentError(
+                f"index_location must be 'start' or 'end', got {index_location!r}"
+            )
         index = (
             DEFAULT_INDEX_CODECS
             if index_codecs is None

@@ -96,7 +96,9 @@ class ShardLayout:
         """Store byte range of the index: a prefix or a suffix of the shard."""
         return (0, self.index_nbytes) if self.index_at_start else (-self.index_nbytes, None)
 
-    def decode_index(self, data: bytes, context: str, shard_size: int | None = None) -> ShardIndex:
+    def decode_index(
+        self, data: bytes | memoryview, context: str, shard_size: int | None = None
+    ) -> ShardIndex:
         """Parse and check index bytes; ``shard_size`` (if known) bounds the entries."""
         if len(data) != self.index_nbytes:
             raise ShardFormatError(
@@ -155,7 +157,7 @@ class ShardLayout:
 
     # ----------------------------------------------------------------- whole shards
 
-    def split_shard(self, data: bytes, context: str) -> dict[int, memoryview]:
+    def split_shard(self, data: bytes | memoryview, context: str) -> dict[int, memoryview]:
         """Encoded inner chunks of a whole stored shard, by linear inner chunk number."""
         if len(data) < self.index_nbytes:
             raise ShardFormatError(
@@ -168,11 +170,11 @@ class ShardLayout:
         index = self.decode_index(index_bytes, context, shard_size=len(view))
         out = {}
         for i in index.present().tolist():
-            start, stop = index.byte_range(i)
+            start, stop = index.byte_range(i)  # type: ignore[misc]  # present: not None
             out[i] = view[start:stop]
         return out
 
-    def join_shard(self, chunks: Mapping[int, bytes]) -> bytes:
+    def join_shard(self, chunks: Mapping[int, bytes | memoryview]) -> bytes:
         """Shard bytes holding ``chunks`` (linear number -> encoded inner chunk), C order."""
         offsets = np.full(self.n_chunks, EMPTY, np.uint64)
         nbytes = np.full(self.n_chunks, EMPTY, np.uint64)
@@ -216,7 +218,9 @@ class ShardLayout:
                 chunks[i] = self.inner.encode(part)
         return self.join_shard(chunks)
 
-    def decode_array(self, data: bytes, context: str, out: np.ndarray | None = None) -> np.ndarray:
+    def decode_array(
+        self, data: bytes | memoryview, context: str, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """The full shard array of shard bytes (absent inner chunks read as the fill value)."""
         chunks = self.split_shard(data, context)
         if out is None:
@@ -245,14 +249,17 @@ class ShardingCodec(ArrayBytesCodec):
 
     @classmethod
     def from_config(cls, config: Mapping[str, JSON], where: str) -> ShardingCodec:
-        check_config_keys(config, {"chunk_shape", "codecs", "index_codecs", "index_location"}, where)
+        members = {"chunk_shape", "codecs", "index_codecs", "index_location"}
+        check_config_keys(config, members, where)
         shape = config.get("chunk_shape")
         if (
             not isinstance(shape, Sequence)
             or isinstance(shape, str)
             or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)
         ):
-            raise InfoError(f"{where}: 'chunk_shape' must be a list of positive integers, got {shape!r}")
+            raise InfoError(
+                f"{where}: 'chunk_shape' must be a list of positive integers, got {shape!r}"
+            )
         for key in ("codecs", "index_codecs"):
             if key not in config:
                 raise InfoError(f"{where}: configuration member {key!r} is required")
@@ -298,7 +305,11 @@ class ShardingCodec(ArrayBytesCodec):
         return self.layout(spec).encode_array(array)
 
     def decode(
-        self, data: bytes, spec: ChunkSpec, context: str, out: np.ndarray | None = None
+        self,
+        data: bytes | memoryview,
+        spec: ChunkSpec,
+        context: str,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         return self.layout(spec).decode_array(data, context, out)
 

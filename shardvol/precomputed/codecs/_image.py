@@ -23,10 +23,13 @@ def to_image(array: np.ndarray) -> np.ndarray:
     return img[..., 0] if c == 1 else img
 
 
-def encode_image(encoder: Callable[..., bytes], array: np.ndarray, name: str, **kwargs) -> bytes:
+def encode_image(
+    encoder: Callable[..., bytes | bytearray], array: np.ndarray, name: str, **kwargs
+) -> bytes:
     """Encode ``array`` as a ``name`` image with ``encoder`` (an imagecodecs function)."""
     try:
-        return encoder(to_image(array), **kwargs)
+        encoded = encoder(to_image(array), **kwargs)
+        return encoded  # type: ignore[return-value]  # imagecodecs returns bytes without out=
     except Exception as e:  # imagecodecs raises its own RuntimeError subclasses
         raise ChunkEncodeError(
             f"{name}: cannot encode a chunk of shape {array.shape} as a {array.shape[0]} x "
@@ -44,8 +47,8 @@ def check_image_size(name: str, image_size: tuple[int, int], shape: Shape4, wher
 
 
 def decode_image(
-    decoder: Callable[[bytes], np.ndarray],
-    data: bytes,
+    decoder: Callable[[bytes | memoryview], np.ndarray],
+    data: bytes | memoryview,
     image_size: tuple[int, int],
     shape: Shape4,
     dtype: np.dtype,
@@ -76,7 +79,7 @@ def decode_image(
     return deliver(img.reshape(z, y, x, c).transpose(2, 1, 0, 3), out)
 
 
-def _be16(data: bytes, i: int) -> int:
+def _be16(data: bytes | memoryview, i: int) -> int:
     return data[i] << 8 | data[i + 1]
 
 
@@ -84,7 +87,7 @@ def _be16(data: bytes, i: int) -> int:
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
-def jpeg_size(data: bytes, where: str) -> tuple[int, int]:
+def jpeg_size(data: bytes | memoryview, where: str) -> tuple[int, int]:
     """(width, height) from a JPEG's frame header, without decoding."""
     data = data if isinstance(data, bytes) else bytes(data)
     if data[:2] != b"\xff\xd8":
@@ -117,7 +120,7 @@ def jpeg_size(data: bytes, where: str) -> tuple[int, int]:
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def png_size(data: bytes, where: str) -> tuple[int, int]:
+def png_size(data: bytes | memoryview, where: str) -> tuple[int, int]:
     """(width, height) from a PNG's IHDR chunk, without decoding."""
     head = bytes(data[:24])
     if head[:8] != _PNG_SIGNATURE:

@@ -42,13 +42,16 @@ class ChunkEncoding(ABC):
         try:
             self.num_channels = operator.index(num_channels)
         except TypeError as e:
-            raise InvalidArgumentError(f"num_channels must be an integer, got {num_channels!r}") from e
+            raise InvalidArgumentError(
+                f"num_channels must be an integer, got {num_channels!r}"
+            ) from e
         if self.num_channels < 1:
             raise InvalidArgumentError(f"num_channels must be positive, got {num_channels}")
         if not self._supports(self.dtype, self.num_channels):
             raise UnsupportedCodecError(
                 f"{self.encoding!r} encoding does not support data type {self.dtype.name} with "
-                f"{self.num_channels} channel(s); {self._support_text()}")
+                f"{self.num_channels} channel(s); {self._support_text()}"
+            )
 
     @classmethod
     @abstractmethod
@@ -62,10 +65,11 @@ class ChunkEncoding(ABC):
 
     def __repr__(self) -> str:
         opts = "".join(f", {k}={getattr(self, k)!r}" for k in self.options)
-        return f"{type(self).__name__}(dtype={self.dtype.name!r}, num_channels={self.num_channels}{opts})"
+        name = type(self).__name__
+        return f"{name}(dtype={self.dtype.name!r}, num_channels={self.num_channels}{opts})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._key() == other._key()  # type: ignore[attr-defined]
+        return type(other) is type(self) and self._key() == other._key()
 
     def __hash__(self) -> int:
         return hash((type(self), self._key()))
@@ -81,8 +85,8 @@ class ChunkEncoding(ABC):
 
     def decode(
         self,
-        data: bytes,
-        shape: tuple[int, int, int, int],
+        data: bytes | memoryview,
+        shape: tuple[int, ...],
         dtype=None,
         out: np.ndarray | None = None,
         context: str = "",
@@ -96,15 +100,17 @@ class ChunkEncoding(ABC):
         shape = self._check_shape(shape)
         if dtype is not None and np.dtype(dtype).newbyteorder("=") != self.dtype:
             raise InvalidArgumentError(
-                f"{self.encoding} codec for {self.dtype.name} asked to decode {np.dtype(dtype).name}")
+                f"{self.encoding} codec for {self.dtype.name} asked to decode "
+                f"{np.dtype(dtype).name}"
+            )
         if out is not None:
             self._check_out(out, shape)
         return self._decode(_byte_buffer(data), shape, out, context or "chunk")
 
     def decode_region(
         self,
-        data: bytes,
-        shape: tuple[int, int, int, int],
+        data: bytes | memoryview,
+        shape: tuple[int, ...],
         region: tuple[slice, ...],
         out: np.ndarray,
         context: str = "",
@@ -117,12 +123,12 @@ class ChunkEncoding(ABC):
         """
         shape = self._check_shape(shape)
         origin = _region_origin(region, shape)
-        self._check_out(out, tuple(s.stop - s.start for s in region))  # type: ignore[arg-type]
+        self._check_out(out, tuple(s.stop - s.start for s in region))
         self._decode_region(_byte_buffer(data), shape, origin, out, context or "chunk")
         return out
 
     def _decode_region(
-        self, data: bytes, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
+        self, data: bytes | memoryview, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
     ) -> None:
         """Decode the box of ``out.shape`` at ``origin`` (checked); by default the whole chunk
         is decoded and the box copied."""
@@ -134,7 +140,9 @@ class ChunkEncoding(ABC):
         """Encode a checked 4-D array of the codec's dtype (any strides, any byte order)."""
 
     @abstractmethod
-    def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
+    def _decode(
+        self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
+    ) -> np.ndarray:
         """Decode ``data`` (bytes or a flat byte memoryview) into ``out`` (checked) or a new
         Fortran-ordered array."""
 
@@ -145,14 +153,17 @@ class ChunkEncoding(ABC):
             array = np.asarray(array)
         if array.ndim != 4:
             raise ChunkEncodeError(
-                f"{self.encoding}: chunk arrays are (x, y, z, channel), got shape {array.shape}")
+                f"{self.encoding}: chunk arrays are (x, y, z, channel), got shape {array.shape}"
+            )
         if array.shape[3] != self.num_channels:
             raise ChunkEncodeError(
                 f"{self.encoding}: chunk has {array.shape[3]} channels, the volume "
-                f"{self.num_channels}")
+                f"{self.num_channels}"
+            )
         if array.dtype.newbyteorder("=") != self.dtype:
             raise ChunkEncodeError(
-                f"{self.encoding}: chunk has dtype {array.dtype.name}, the volume {self.dtype.name}")
+                f"{self.encoding}: chunk has dtype {array.dtype.name}, the volume {self.dtype.name}"
+            )
         return array
 
     def _check_shape(self, shape) -> Shape4:
@@ -161,11 +172,14 @@ class ChunkEncoding(ABC):
         except TypeError:
             s = ()
         if len(s) != 4 or min(s) < 0:
-            raise InvalidArgumentError(f"chunk shape must be 4 non-negative integers, got {shape!r}")
+            raise InvalidArgumentError(
+                f"chunk shape must be 4 non-negative integers, got {shape!r}"
+            )
         if s[3] != self.num_channels:
             raise InvalidArgumentError(
-                f"chunk shape {s} has {s[3]} channels, the codec {self.num_channels}")
-        return s  # type: ignore[return-value]
+                f"chunk shape {s} has {s[3]} channels, the codec {self.num_channels}"
+            )
+        return s
 
     def _check_out(self, out: np.ndarray, shape: Shape4) -> None:
         if not isinstance(out, np.ndarray):
@@ -188,7 +202,8 @@ def _byte_buffer(data) -> bytes | memoryview:
         view = None
     if view is None or not view.c_contiguous:
         raise InvalidArgumentError(
-            f"chunk data must be a contiguous bytes-like object, got {type(data).__name__}")
+            f"chunk data must be a contiguous bytes-like object, got {type(data).__name__}"
+        )
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
@@ -198,14 +213,17 @@ def _region_origin(region: tuple[slice, ...], shape: Shape4) -> Shape4:
         raise InvalidArgumentError(f"region must be 4 slices, got {region!r}")
     origin = []
     for s, n in zip(region, shape):
-        if s.step not in (None, 1) or s.start is None or s.stop is None or not (
-            0 <= s.start <= s.stop <= n
+        if (
+            s.step not in (None, 1)
+            or s.start is None
+            or s.stop is None
+            or not (0 <= s.start <= s.stop <= n)
         ):
             raise InvalidArgumentError(
                 f"region {region!r} is not a box of step-1 slices inside the chunk shape {shape}"
             )
         origin.append(s.start)
-    return tuple(origin)  # type: ignore[return-value]
+    return tuple(origin)
 
 
 def fortran_empty(shape: Shape4, dtype: np.dtype) -> np.ndarray:

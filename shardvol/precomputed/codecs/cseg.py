@@ -46,18 +46,22 @@ class CompressedSegmentationCodec(ChunkEncoding):
             array = np.asfortranarray(array)
         return _cseg.encode(array, self.compressed_segmentation_block_size)
 
-    def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
+    def _decode(
+        self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
+    ) -> np.ndarray:
         target = fortran_empty(shape, self.dtype) if out is None else out
         self._decode_into(data, target, where)
         return target
 
     def _decode_region(
-        self, data: bytes, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
+        self, data: bytes | memoryview, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
     ) -> None:
         """Only the blocks that meet the region are decoded."""
         self._decode_into(data, out, where, shape=shape, origin=origin)
 
-    def _decode_into(self, data: bytes, target: np.ndarray, where: str, **region) -> None:
+    def _decode_into(
+        self, data: bytes | memoryview, target: np.ndarray, where: str, **region
+    ) -> None:
         """Decode into ``target``; ``region``: the chunk's ``shape`` and the box's ``origin``."""
         if any(s % target.itemsize for s in target.strides):  # exotic view: decode, then copy
             tmp = fortran_empty(target.shape, self.dtype)
@@ -78,4 +82,4 @@ def _block_size(value) -> tuple[int, int, int]:
     if len(bs) != 3 or min(bs) < 1 or bs[0] * bs[1] * bs[2] > 2**32:
         raise InvalidArgumentError(
             f"compressed_segmentation_block_size must be 3 positive integers, got {value!r}")
-    return bs  # type: ignore[return-value]
+    return bs

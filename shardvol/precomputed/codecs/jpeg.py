@@ -35,7 +35,9 @@ class JpegCodec(ChunkEncoding):
         except TypeError:
             q = -1
         if not 0 <= q <= 100:
-            raise InvalidArgumentError(f"jpeg_quality must be an integer 0..100, got {jpeg_quality!r}")
+            raise InvalidArgumentError(
+                f"jpeg_quality must be an integer 0..100, got {jpeg_quality!r}"
+            )
         self.jpeg_quality = q
 
     @classmethod
@@ -47,16 +49,24 @@ class JpegCodec(ChunkEncoding):
         return "supported: uint8 with 1 or 3 channels"
 
     def _encode(self, array: np.ndarray) -> bytes:
-        return encode_image(imagecodecs.jpeg8_encode, array, "jpeg", level=self.jpeg_quality,
-                            subsampling="420", optimize=False)
+        return encode_image(
+            imagecodecs.jpeg8_encode,
+            array,
+            "jpeg",
+            level=self.jpeg_quality,
+            subsampling="420",
+            optimize=False,
+        )
 
-    def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
+    def _decode(
+        self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
+    ) -> np.ndarray:
         target = fortran_empty(shape, self.dtype) if out is None else out
         self._decode_region(data, shape, (0, 0, 0, 0), target, where)
         return target
 
     def _decode_region(
-        self, data: bytes, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
+        self, data: bytes | memoryview, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
     ) -> None:
         """Bit-identical to decoding the whole image and slicing (libjpeg-turbo, as imagecodecs
         and TensorStore decode); rows after the last one the box needs are not read, so damage

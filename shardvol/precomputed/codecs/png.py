@@ -45,6 +45,10 @@ class PngCodec(ChunkEncoding):
             array = array.astype(self.dtype)
         return encode_image(imagecodecs.png_encode, array, "png", level=self.png_level)
 
-    def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
-        return decode_image(imagecodecs.png_decode, data, png_size(data, where), shape,
-                            self.dtype, out, "png", where)
+    def _decode(
+        self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
+    ) -> np.ndarray:
+        return decode_image(
+            imagecodecs.png_decode,  # type: ignore[arg-type]  # imagecodecs takes any buffer
+            data, png_size(data, where), shape, self.dtype, out, "png", where
+        )

@@ -37,7 +37,9 @@ class RawCodec(ChunkEncoding):
     def _encode(self, array: np.ndarray) -> bytes:
         return np.asarray(array, dtype=self.dtype.newbyteorder("<")).tobytes(order="F")
 
-    def _decode(self, data: bytes, shape: Shape4, out: np.ndarray | None, where: str) -> np.ndarray:
+    def _decode(
+        self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
+    ) -> np.ndarray:
         voxels = self._voxels(data, shape, where)
         if out is None:  # always a copy: never alias the caller's buffer
             return np.array(voxels, dtype=self.dtype, order="F")
@@ -45,12 +47,12 @@ class RawCodec(ChunkEncoding):
         return out
 
     def _decode_region(
-        self, data: bytes, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
+        self, data: bytes | memoryview, shape: Shape4, origin: Shape4, out: np.ndarray, where: str
     ) -> None:
         box = tuple(slice(o, o + n) for o, n in zip(origin, out.shape))
         np.copyto(out, self._voxels(data, shape, where)[box], casting="equiv")
 
-    def _voxels(self, data: bytes, shape: Shape4, where: str) -> np.ndarray:
+    def _voxels(self, data: bytes | memoryview, shape: Shape4, where: str) -> np.ndarray:
         """A read-only (x, y, z, channel) view of the chunk's voxels in ``data``."""
         expected = math.prod(shape) * self.dtype.itemsize
         if is_gzip(data):
@@ -62,7 +64,7 @@ class RawCodec(ChunkEncoding):
         return np.frombuffer(data, dtype=self.dtype.newbyteorder("<")).reshape(shape, order="F")
 
 
-def _gunzip_or_raw(data: bytes, expected: int, where: str) -> bytes:
+def _gunzip_or_raw(data: bytes | memoryview, expected: int, where: str) -> bytes | memoryview:
     """Gunzip a chunk that starts with the gzip magic; raw voxels that merely start
     with those two bytes (and have the exact raw size) are returned unchanged."""
     try:
