@@ -18,14 +18,13 @@ from shardvol.zarr3 import (
     ArrayMetadata,
     BloscCodec,
     BytesCodec,
-    ChunkKeyEncoding,
     Crc32cCodec,
     GzipCodec,
     ShardingCodec,
     ZstdCodec,
     create_metadata,
 )
-from shardvol.zarr3.metadata import fill_value_from_json, fill_value_to_json
+from shardvol.zarr3.metadata import ChunkKeyEncoding, fill_value_from_json, fill_value_to_json
 
 TESTDATA = os.path.join(os.path.dirname(__file__), "data", "testdata")
 GOLDEN = sorted(

@@ -128,7 +128,7 @@ def test_read_any_inner_chunk_order_and_gaps(tmp_path):
         body += b"\xee" * 5
         offsets[i], nbytes[i] = layout.index_nbytes + len(body), 8
         body += data[layout.slices(i)].astype(">i2").tobytes()
-    from shardvol.zarr3 import ShardIndex
+    from shardvol.zarr3.sharding import ShardIndex
 
     FileStore(path).set("c/0/0", layout.encode_index(ShardIndex(offsets, nbytes)) + body + b"\xff")
     expected = data.copy()

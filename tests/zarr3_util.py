@@ -100,7 +100,7 @@ def zarr_write(path: str, meta: ArrayMetadata, data: np.ndarray) -> None:
     import zarr
     from zarr.registry import get_codec_class
 
-    from shardvol.zarr3 import ArrayArrayCodec, ArrayBytesCodec
+    from shardvol.zarr3.codecs import ArrayArrayCodec, ArrayBytesCodec
 
     def zcodec(codec):
         doc = codec.to_json()
