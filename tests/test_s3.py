@@ -411,7 +411,9 @@ def test_an_unreachable_endpoint_is_a_store_error_for_every_operation(monkeypatc
                         ("AWS_SECRET_ACCESS_KEY", "b"), ("AWS_DEFAULT_REGION", "us-east-1"),
                         ("AWS_MAX_ATTEMPTS", "1")):
         monkeypatch.setenv(name, value)
-    store = FsspecStore("s3://nowhere/root", lock_timeout=2, skip_instance_cache=True)
+    # refused connections are retried (after waits of up to 0.05, 0.1, ... s): a few here
+    store = FsspecStore("s3://nowhere/root", lock_timeout=2, retries=2,
+                        skip_instance_cache=True)
     for operation in (lambda: store.get("k"), lambda: store.set("k", b"x"),
                       lambda: store.delete("k"), store.list, lambda: store.lock("k").__enter__()):
         with pytest.raises(StoreError, match="nowhere"):

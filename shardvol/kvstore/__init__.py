@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardvol.errors import UnsupportedSchemeError
-from shardvol.kvstore.base import ByteRange, KVStore, Request, check_key, join_key
+from shardvol.kvstore.base import ByteRange, KVStore, Request, check_key, join_key, url_scheme
 from shardvol.kvstore.file import FileStore
 from shardvol.kvstore.memory import MemoryStore
 from shardvol.kvstore.prefix import PrefixStore
@@ -32,11 +32,6 @@ def _fsspec_factory(url: str) -> KVStore:
 
 register_scheme("file", FileStore)
 register_scheme("memory", MemoryStore)
-
-
-def url_scheme(url: str) -> str:
-    """Scheme of a URL ("file" for plain paths)."""
-    return url.split("://", 1)[0].lower() if "://" in url else "file"
 
 
 def open_store(url_or_store: str | KVStore, prefix: str = "") -> KVStore:

@@ -260,6 +260,11 @@ def process_lock(url: str, key: str) -> contextlib.AbstractContextManager[None]:
     return _process_lock(url, key)
 
 
+def url_scheme(url: str) -> str:
+    """Scheme of a URL ("file" for plain paths)."""
+    return url.split("://", 1)[0].lower() if "://" in url else "file"
+
+
 def join_key(*parts: str) -> str:
     """Join key components with '/', skipping empty ones."""
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))

@@ -13,10 +13,12 @@ version send it as ``If-Match``, so no separate metadata requests are needed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import cast
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
+from typing import Any, TypeVar, cast
 
 import fsspec
+from fsspec.asyn import sync
 
 from shardvol.errors import (
     ByteRangeError,
@@ -33,30 +35,18 @@ from shardvol.kvstore.base import (
     check_prefix,
     normalize_request,
     process_lock,
+    url_scheme,
 )
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
+from shardvol.kvstore.remote import Requests
+from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
 
+T = TypeVar("T")
 READ_ONLY_PROTOCOLS = {"http", "https"}
 # what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)
 _VERSION_FIELDS = ("ETag", "generation", "etag", "mtime", "LastModified", "last_modified")
 S3_PROTOCOLS = {"s3", "s3a"}
-
-
-def _status(exc: BaseException | None) -> int | None:
-    """The HTTP status behind an fsspec error, looking through the exceptions it chains
-    (s3fs turns botocore's errors into OSErrors)."""
-    while exc is not None:
-        status = getattr(exc, "status", None) or getattr(exc, "code", None)
-        if isinstance(status, int):
-            return status
-        response = getattr(exc, "response", None)
-        if isinstance(response, dict):
-            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if isinstance(status, int):
-                return status
-        exc = exc.__cause__ or exc.__context__
-    return None
 
 
 class FsspecStore(KVStore):
@@ -70,11 +60,22 @@ class FsspecStore(KVStore):
     ``versioned_reads`` (S3, HTTP(S)): reads return the ETag of each response, and reads
     that rely on an earlier one send it as ``If-Match`` (no extra requests); False reads
     without conditions, for servers whose replicas give one file different ETags.
+
+    Every request is retried on transient failures (408, 429, 5xx, dropped or refused
+    connections, timeouts, bodies cut short): at most ``retries`` more times, all within
+    ``timeout`` seconds (see :mod:`shardvol.kvstore.retry`).  ``io_concurrency``: this
+    store's requests in flight at most, within the process's budget (see
+    :mod:`shardvol.kvstore.remote`).
     """
 
     def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
                  check_versions: bool = False, versioned_reads: bool = True,
-                 **storage_options) -> None:
+                 retries: int = 10, timeout: float | None = 120.0,
+                 io_concurrency: int | None = None, **storage_options) -> None:
+        self.requests = Requests(RetryPolicy(retries, timeout), io_concurrency)
+        if url_scheme(url) in S3_PROTOCOLS and "config_kwargs" not in storage_options:
+            # retried here, with this store's policy, not also by botocore
+            storage_options["config_kwargs"] = {"retries": {"total_max_attempts": 1}}
         try:
             self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         except ImportError as e:  # gcsfs, s3fs, ... not installed
@@ -92,16 +93,26 @@ class FsspecStore(KVStore):
         if protocols & S3_PROTOCOLS:
             from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 
-            s3 = S3ConditionalObjects(self.fs)
+            self.fs.retries = 1  # (s3fs's own retry loop of its calls)
+            s3 = S3ConditionalObjects(self.fs, self.requests)
             self._objects = s3
             self._reads = s3 if versioned_reads else None
         # http(s) reads all go through our GETs, which read the status and Content-Range
-        self._http = HttpVersionedReads(self.fs) if self.read_only else None
+        self._http = HttpVersionedReads(self.fs, self.requests) if self.read_only else None
         if self._http is not None and versioned_reads:
             self._reads = self._http
         self.locks_across_processes = self._objects is not None
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
+        self._async = bool(getattr(self.fs, "async_impl", False))
+
+    def _run(self, what: str, coro: Callable[[], Awaitable[T]], call: Callable[[], T]) -> T:
+        """One request, retried: ``coro()`` on the I/O loop for asynchronous filesystems,
+        else ``call()`` in this thread."""
+        if self._async:
+            result: T = sync(self.fs.loop, self.requests.one, coro, what)
+            return result
+        return retry_sync(call, self.requests.policy, what)
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{check_key(key)}"
@@ -115,11 +126,11 @@ class FsspecStore(KVStore):
                 f"byte range {byte_range} of {key!r} in {self.url} is past its end ({result})"
             ) from result
         if isinstance(result, BaseException):
-            if _status(result) == 412:
+            if status_of(result) == 412:
                 raise VersionChangedError(
                     f"{key!r} in {self.url} was replaced since it was last read", key
                 ) from result
-            if _status(result) == 416:
+            if status_of(result) == 416:
                 raise ByteRangeError(
                     f"byte range {byte_range} of {key!r} is past its end"
                 ) from result
@@ -157,14 +168,27 @@ class FsspecStore(KVStore):
             return []
         if self._http is not None:
             return [value for value, _ in self._versioned_reads(reqs, {}, self._http)]
-        paths = [self._path(k) for k, _ in reqs]
-        starts = [None if r is None else r[0] for _, r in reqs]
-        ends = [None if r is None else r[1] for _, r in reqs]
-        try:
-            results = self.fs.cat_ranges(paths, starts, ends, on_error="return")
-        except FileNotFoundError:
-            results = [FileNotFoundError()] * len(reqs)
+        results = self._cat_each(reqs)
         return [self._finish(k, r, res) for (k, r), res in zip(reqs, results)]
+
+    def _cat_each(self, reqs: list[tuple[str, ByteRange | None]]) -> list[Any]:
+        """The bytes of each request (or the exception that failed it), each retried."""
+        fs = self.fs
+        calls = [(self._path(k), None if r is None else r[0], None if r is None else r[1])
+                 for k, r in reqs]
+        whats = [f"GET {self.url}/{k}" + ("" if r is None else f" bytes {r}") for k, r in reqs]
+        if self._async:
+            coros: list[Callable[[], Awaitable[bytes]]] = [
+                partial(fs._cat_file, c[0], start=c[1], end=c[2]) for c in calls]
+            return list(sync(fs.loop, self.requests.each, coros, whats))
+        out: list[Any] = []
+        for c, what in zip(calls, whats):
+            try:
+                call = partial(fs.cat_file, c[0], start=c[1], end=c[2])
+                out.append(retry_sync(call, self.requests.policy, what))
+            except Exception as e:  # reported per request, as above
+                out.append(e)
+        return out
 
     def get_many_versioned(
         self, requests: Iterable[Request]
@@ -225,18 +249,26 @@ class FsspecStore(KVStore):
     def set(self, key: str, value: bytes) -> None:
         self._require_writable(key)
         self._check_lease(key)
+        path, data = self._path(key), bytes(value)
         try:
-            self.fs.pipe_file(self._path(key), bytes(value))
+            self._run(f"PUT {self.url}/{key}", lambda: self.fs._pipe_file(path, data),
+                      lambda: self.fs.pipe_file(path, data))
+        except StoreError:
+            raise
         except Exception as e:
             raise StoreError(f"cannot write {key!r} to {self.url}: {e}") from e
 
     def delete(self, key: str) -> None:
         self._require_writable(key)
         self._check_lease(key)
+        path = self._path(key)
         try:
-            self.fs.rm_file(self._path(key))
+            self._run(f"DELETE {self.url}/{key}", lambda: self.fs._rm_file(path),
+                      lambda: self.fs.rm_file(path))
         except FileNotFoundError:
             pass
+        except StoreError:
+            raise
         except Exception as e:
             raise StoreError(f"cannot delete {key!r} in {self.url}: {e}") from e
 
@@ -245,9 +277,12 @@ class FsspecStore(KVStore):
         head = prefix.rpartition("/")[0]
         base = f"{self.root}/{head}" if head else self.root
         try:
-            found = self.fs.find(base)
+            found = self._run(f"LIST {self.url}/{prefix}", lambda: self.fs._find(base),
+                              lambda: self.fs.find(base))
         except (FileNotFoundError, NotImplementedError):
             return []
+        except StoreError:
+            raise
         except Exception as e:
             raise StoreError(f"cannot list {prefix!r} in {self.url}: {e}") from e
         strip = self.root + "/"
@@ -280,9 +315,13 @@ class FsspecStore(KVStore):
         if fresh:
             self.fs.invalidate_cache(path)
         try:
-            return self.fs.info(path)
+            info: dict = self._run(f"HEAD {self.url}/{key}", lambda: self.fs._info(path),
+                                   lambda: self.fs.info(path))
+            return info
         except FileNotFoundError:
             return None
+        except StoreError:
+            raise
         except Exception as e:
             raise StoreError(f"cannot stat {key!r} in {self.url}: {e}") from e
 

@@ -29,6 +29,7 @@ import random
 import socket
 import threading
 import time
+import uuid
 from typing import Protocol
 
 from shardvol.errors import LockLostError, LockTimeoutError
@@ -39,7 +40,8 @@ LEASE_PREFIX = HIDDEN_PREFIX + "lock."
 
 class ConditionalObjects(Protocol):
     """The conditional operations a lease needs, on full object paths.  Versions are the
-    store's opaque tokens (S3 ETags)."""
+    store's opaque tokens (S3 ETags).  Implementations retry transient failures; a retried
+    write that finds its own bytes in place (lease bodies are unique) has succeeded."""
 
     def create(self, path: str, body: bytes) -> str | None:
         """Write ``body`` if ``path`` is absent; its version, or None if it exists."""
@@ -117,6 +119,7 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
     doc = {
         "holder": f"{socket.gethostname()} pid {os.getpid()} thread {threading.get_ident()}",
         "ttl": ttl, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "renewal": 0,
+        "token": uuid.uuid4().hex,  # no two leases have the same bytes (see ConditionalObjects)
     }
     body = _encode(doc)
     start = time.monotonic()

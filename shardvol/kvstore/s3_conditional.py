@@ -13,6 +13,7 @@ from typing import Any
 from fsspec.asyn import sync
 
 from shardvol.errors import ByteRangeError, StoreError
+from shardvol.kvstore.remote import Requests
 from shardvol.kvstore.versioned_reads import range_header, read_each
 
 # The condition failed (412), or a concurrent conditional write won (409).
@@ -20,46 +21,85 @@ _CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
 _MISSING = {"NoSuchKey", "404"}
 
 
+class _Outcome:
+    """How a conditional call ended: its response, or why not (the S3 error code of a
+    failed condition or an absent object)."""
+
+    def __init__(self) -> None:
+        self.out: dict | None = None
+        self.code: str | None = None
+
+
 class S3ConditionalObjects:
-    """Conditional operations on the objects of an ``s3fs.S3FileSystem``."""
+    """Conditional operations on the objects of an ``s3fs.S3FileSystem``, each retried on
+    transient failures.
 
-    def __init__(self, fs: Any) -> None:
+    A conditional write whose answer was lost (a dropped connection) may have succeeded
+    before it is sent again (by these retries, or by aiohttp, which resends idempotent
+    requests on a closed keep-alive connection); the repeat then fails its condition.
+    So a create or replace that fails its condition but finds the object holding exactly
+    its body has succeeded (lease bodies are unique), and a conditional delete that finds
+    the object gone is done.
+    """
+
+    def __init__(self, fs: Any, runner: Requests) -> None:
         self.fs = fs
+        self.runner = runner
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> dict | None:
-        """The client call's response; None if the condition failed or the object is absent."""
+    def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> _Outcome:
+        """The client call (with the object's body read, for get_object)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         bucket, key, _ = self.fs.split_path(path)
+        outcome = _Outcome()
+
+        async def attempt() -> dict:
+            client = await self.fs.set_session()
+            out: dict = await getattr(client, method)(Bucket=bucket, Key=key, **kwargs)
+            if read_body:
+                out["Body"] = await _read_body(out["Body"])
+            return out
+
         try:
-            client = sync(self.fs.loop, self.fs.set_session)
-            out = sync(self.fs.loop, getattr(client, method), Bucket=bucket, Key=key, **kwargs)
+            outcome.out = sync(self.fs.loop, self.runner.one, attempt, f"S3 {method} {path}")
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in _CONFLICT | _MISSING:
-                return None
-            raise StoreError(f"cannot {method} lock object {path}: {e}") from e
+            code = e.response.get("Error", {}).get("Code")
+            if code not in _CONFLICT | _MISSING:
+                raise StoreError(f"cannot {method} lock object {path}: {e}") from e
+            outcome.code = code
+        except StoreError:
+            raise
         except (BotoCoreError, OSError) as e:  # unreachable endpoint, credentials, ...
             raise StoreError(f"cannot {method} lock object {path}: {e}") from e
         self.fs.invalidate_cache(path)
-        return out
+        return outcome
+
+    def _ours(self, path: str, outcome: _Outcome, body: bytes) -> str | None:
+        """The version of the object a conditional write wrote, or None if its condition
+        failed: unless the object holds ``body`` (the write went through, then its answer
+        was lost and a repeat failed the condition)."""
+        if outcome.out is not None:
+            return str(outcome.out["ETag"])
+        if outcome.code not in _CONFLICT:
+            return None
+        now = self.current(path)
+        return now[0] if now is not None and now[1] == body else None
 
     def create(self, path: str, body: bytes) -> str | None:
-        out = self._call("put_object", path, Body=body, IfNoneMatch="*")
-        return None if out is None else out["ETag"]
+        return self._ours(path, self._call("put_object", path, Body=body, IfNoneMatch="*"), body)
 
     def replace(self, path: str, body: bytes, version: str) -> str | None:
-        out = self._call("put_object", path, Body=body, IfMatch=version)
-        return None if out is None else out["ETag"]
+        return self._ours(path, self._call("put_object", path, Body=body, IfMatch=version), body)
 
     def current(self, path: str) -> tuple[str, bytes] | None:
-        out = self._call("get_object", path)
-        if out is None:
+        outcome = self._call("get_object", path, read_body=True)
+        if outcome.out is None:
             return None
-        body = sync(self.fs.loop, _read_body, out["Body"])
-        return out["ETag"], body
+        return outcome.out["ETag"], outcome.out["Body"]
 
     def delete(self, path: str, version: str) -> bool:
-        return self._call("delete_object", path, IfMatch=version) is not None
+        outcome = self._call("delete_object", path, IfMatch=version)
+        return outcome.out is not None or outcome.code in _MISSING
 
     def read(
         self, requests: list[tuple[str, tuple[int, int | None] | None, str | None]]
@@ -71,7 +111,7 @@ class S3ConditionalObjects:
         return sync(self.fs.loop, self._read_all, client, requests)
 
     async def _read_all(self, client: Any, requests: list) -> list[tuple[Any, str | None]]:
-        return await read_each(lambda *r: self._read_one(client, *r), requests)
+        return await read_each(self.runner, lambda *r: self._read_one(client, *r), requests)
 
     async def _read_one(self, client: Any, path: str, byte_range: tuple[int, int | None] | None,
                         etag: str | None) -> tuple[Any, str | None]:

@@ -10,17 +10,15 @@ that send no ETag, or ignore ``If-Match``, read as before (unchecked).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 from fsspec.asyn import sync
 
 from shardvol.errors import ByteRangeError, StoreError
-
-# Ranged GETs in flight at once, per call of read().
-_READ_CONCURRENCY = 64
+from shardvol.kvstore.remote import Requests
 
 
 def strong_etag(value: str | None) -> str | None:
@@ -39,19 +37,17 @@ def range_header(byte_range: tuple[int, int | None]) -> str:
 ReadResult = tuple[Any, "str | None"]  # (bytes or the exception, ETag or None)
 
 
-async def read_each(one: Callable[..., Awaitable[ReadResult]], requests: list) -> list[ReadResult]:
-    """``one(*request)`` for every request, at most _READ_CONCURRENCY at a time; an exception
-    is returned in place of its result (as fsspec's cat_ranges reports per request)."""
-    gate = asyncio.Semaphore(_READ_CONCURRENCY)
-
-    async def guarded(request: tuple) -> ReadResult:
-        async with gate:
-            try:
-                return await one(*request)
-            except Exception as e:
-                return e, None
-
-    return list(await asyncio.gather(*(guarded(r) for r in requests)))
+async def read_each(
+    runner: Requests, one: Callable[..., Awaitable[ReadResult]], requests: list
+) -> list[ReadResult]:
+    """``one(*request)`` for every ``(path, byte range, ETag)`` request, within the
+    budgets and retried (see Requests); an exception in place of a result that failed."""
+    ops: list[Callable[[], Awaitable[ReadResult]]] = [partial(one, *r) for r in requests]
+    results = await runner.each(
+        ops,
+        [f"GET {path}" + ("" if rng is None else f" bytes {rng}") for path, rng, _ in requests],
+    )
+    return [(r, None) if isinstance(r, Exception) else r for r in results]
 
 
 class VersionedReads(Protocol):
@@ -67,8 +63,9 @@ class VersionedReads(Protocol):
 class HttpVersionedReads:
     """Ranged GETs on an ``fsspec`` HTTP filesystem that return each response's ETag."""
 
-    def __init__(self, fs: Any) -> None:
+    def __init__(self, fs: Any, runner: Requests) -> None:
         self.fs = fs
+        self.runner = runner
 
     def read(
         self, requests: list[tuple[str, tuple[int, int | None] | None, str | None]]
@@ -80,7 +77,7 @@ class HttpVersionedReads:
 
     async def _read_all(self, requests: list) -> list[ReadResult]:
         session = await self.fs.set_session()
-        return await read_each(lambda *r: self._read_one(session, *r), requests)
+        return await read_each(self.runner, lambda *r: self._read_one(session, *r), requests)
 
     async def _read_one(self, session: Any, url: str, byte_range: tuple[int, int | None] | None,
                         etag: str | None) -> tuple[Any, str | None]:

@@ -1,0 +1,314 @@
+"""An HTTP server that behaves like an object store on a bad day: latency, 503s, dropped
+connections, bodies cut short or slow, hung requests.
+
+It serves the files below a directory (GET and HEAD, one byte range, strong ETags,
+``If-Match``), or forwards every request to an upstream server (``--upstream``: an S3
+server such as moto's) and injects the same faults into the answers.  It runs in its own
+process, so that its work does not share the client's interpreter:
+
+    python -m tests.fault_server ROOT [--latency 0.025] [--upstream URL]
+
+prints ``PORT <n>`` once it listens.  Faults and latency are set at run time with
+``POST /_faults`` (JSON, see :class:`Faults`), counted requests read with ``GET /_stats``
+and reset with ``POST /_stats``.  :class:`FaultServer` starts and drives one from Python.
+Independent of shardvol's code: it is the peer the stores are tested against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from aiohttp import ClientSession, ClientTimeout, web
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+CONTROL = "/_"  # paths of the control endpoints start with this
+
+
+@dataclass
+class Faults:
+    """What happens to the requests (control endpoints excepted).
+
+    Each request is delayed by ``latency`` seconds before its answer (time to first
+    byte); then at most one fault hits it, drawn with these probabilities: ``error``
+    (answered ``error_status``, with ``Retry-After: retry_after`` if set), ``reset`` (the
+    connection is dropped before any answer), ``lost`` (the request is carried out, by
+    the upstream server too, then the connection is dropped before the answer),
+    ``short`` (headers with the full Content-Length, half the body, then the connection
+    is dropped), ``slow`` (the body
+    trickles out over ``slow_seconds``), ``hang`` (no answer for an hour).  ``plan``: the
+    faults of the next requests, in order, before any drawn one ("error", "reset",
+    "lost", "short", "slow", "hang" or "ok").  ``ignore_range``: ranges are answered with the
+    whole file (200), as some servers do.
+    """
+
+    latency: float = 0.0
+    error: float = 0.0
+    error_status: int = 503
+    retry_after: float | None = None
+    reset: float = 0.0
+    lost: float = 0.0
+    short: float = 0.0
+    slow: float = 0.0
+    slow_seconds: float = 0.5
+    hang: float = 0.0
+    plan: list[str] = field(default_factory=list)
+    ignore_range: bool = False
+    seed: int | None = None
+
+
+class _State:
+    def __init__(self, faults: Faults) -> None:
+        self.faults = faults
+        self.rng = random.Random(faults.seed)
+        self.stats: Counter[str] = Counter()
+
+    def draw(self) -> str:
+        f = self.faults
+        if f.plan:
+            return f.plan.pop(0)
+        x = self.rng.random()
+        for kind in ("error", "reset", "lost", "short", "slow", "hang"):
+            p = getattr(f, kind)
+            if x < p:
+                return kind
+            x -= p
+        return "ok"
+
+
+def _etag(st: os.stat_result) -> str:
+    return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
+def _byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
+    """(start, stop) of a Range header; None without one; "bad" or "unsatisfiable"."""
+    if not header:
+        return None
+    m = _RANGE.match(header.strip())
+    if not m or (not m.group(1) and not m.group(2)):
+        return "bad"
+    if m.group(1):
+        start = int(m.group(1))
+        stop = min(size, int(m.group(2)) + 1) if m.group(2) else size
+    else:
+        start, stop = max(0, size - int(m.group(2))), size
+    if start >= size or stop <= start:
+        return "unsatisfiable"
+    return start, stop
+
+
+async def _deliver(request: web.Request, state: _State, status: int, headers: dict[str, str],
+                   body: bytes, fault: str) -> web.StreamResponse:
+    """Send an answer, with the body fault ``fault`` (short, slow) applied."""
+    if fault == "lost":
+        assert request.transport is not None
+        request.transport.abort()
+        return web.Response()
+    resp = web.StreamResponse(status=status, headers=headers)
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    if request.method == "HEAD" or not body:
+        await resp.write_eof()
+        return resp
+    if fault == "short":
+        await resp.write(body[: len(body) // 2])
+        state.stats["bytes"] += len(body) // 2
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+    if fault == "slow":
+        pieces = 10
+        step = -(-len(body) // pieces)
+        for i in range(0, len(body), step):
+            await resp.write(body[i : i + step])
+            await asyncio.sleep(state.faults.slow_seconds / pieces)
+    else:
+        await resp.write(body)
+    state.stats["bytes"] += len(body)
+    await resp.write_eof()
+    return resp
+
+
+def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Application:
+    state = _State(faults)
+    app = web.Application(client_max_size=1 << 31)
+    sessions: list[ClientSession] = []
+
+    async def control(request: web.Request) -> web.Response:
+        if request.path == "/_faults" and request.method == "POST":
+            given = await request.json()
+            names = {f.name for f in fields(Faults)}
+            unknown = set(given) - names
+            if unknown:
+                return web.json_response({"unknown": sorted(unknown)}, status=400)
+            state.faults = Faults(**{**asdict(state.faults), **given})
+            if "seed" in given:
+                state.rng = random.Random(given["seed"])
+            return web.json_response(asdict(state.faults))
+        if request.path == "/_stats":
+            out = dict(state.stats)
+            if request.method == "POST":
+                state.stats.clear()
+            return web.json_response(out)
+        return web.json_response({"error": "unknown control path"}, status=404)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.path.startswith(CONTROL):
+            return await control(request)
+        body_in = await request.read()
+        state.stats["requests"] += 1
+        state.stats[request.method] += 1
+        fault = state.draw()
+        state.stats[f"fault {fault}"] += 1
+        if state.faults.latency:
+            await asyncio.sleep(state.faults.latency)
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        if fault == "reset":
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
+        if fault == "error":
+            headers = {}
+            if state.faults.retry_after is not None:
+                headers["Retry-After"] = f"{state.faults.retry_after:g}"
+            return web.Response(status=state.faults.error_status, headers=headers,
+                                text="SlowDown")
+        if upstream is not None:
+            return await forward(request, body_in, fault)
+        return await serve_file(request, fault)
+
+    async def serve_file(request: web.Request, fault: str) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405)
+        path = os.path.realpath(os.path.join(root, request.path.lstrip("/")))
+        if not path.startswith(os.path.realpath(root) + os.sep) or not os.path.isfile(path):
+            return web.Response(status=404)
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+        etag = _etag(st)
+        wanted = request.headers.get("If-Match")
+        if wanted is not None and wanted.strip() not in ("*", etag):
+            return web.Response(status=412)
+        headers = {"ETag": etag, "Accept-Ranges": "bytes",
+                   "Content-Type": "application/octet-stream"}
+        span = None if state.faults.ignore_range else _byte_range(
+            request.headers.get("Range"), len(data))
+        if span == "bad":
+            return web.Response(status=400)
+        if span == "unsatisfiable":
+            return web.Response(status=416, headers={"Content-Range": f"bytes */{len(data)}"})
+        if span is None:
+            return await _deliver(request, state, 200, headers, data, fault)
+        assert isinstance(span, tuple)
+        start, stop = span
+        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(data)}"
+        return await _deliver(request, state, 206, headers, data[start:stop], fault)
+
+    async def forward(request: web.Request, body_in: bytes, fault: str) -> web.StreamResponse:
+        if not sessions:
+            sessions.append(ClientSession(timeout=ClientTimeout(total=None),
+                                          auto_decompress=False))
+        assert upstream is not None
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() not in ("content-length", "transfer-encoding")}
+        async with sessions[0].request(request.method, upstream + request.path_qs,
+                                       headers=headers, data=body_in,
+                                       allow_redirects=False) as r:
+            body = await r.read()
+            out = {k: v for k, v in r.headers.items()
+                   if k.lower() not in ("content-length", "transfer-encoding", "connection",
+                                        "content-encoding")}
+            return await _deliver(request, state, r.status, out, body, fault)
+
+    async def close_sessions(_app: web.Application) -> None:
+        for s in sessions:
+            await s.close()
+
+    app.router.add_route("*", "/{tail:.*}", handle)
+    app.on_cleanup.append(close_sessions)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root", help="directory whose files are served")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--upstream", help="forward every request to this server instead")
+    args = ap.parse_args(argv)
+    logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
+
+    async def run() -> None:
+        runner = web.AppRunner(make_app(args.root, Faults(latency=args.latency),
+                                        args.upstream), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=1024)
+        await site.start()
+        port = runner.addresses[0][1]
+        print(f"PORT {port}", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+class FaultServer:
+    """A fault server in a child process: ``url``, ``set(**faults)``, ``stats()``, ``close()``."""
+
+    def __init__(self, root: str, latency: float = 0.0, upstream: str | None = None) -> None:
+        cmd = [sys.executable, "-m", "tests.fault_server", root, "--latency", str(latency)]
+        if upstream:
+            cmd += ["--upstream", upstream]
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.proc = subprocess.Popen(cmd, cwd=here, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("PORT "):
+            self.proc.kill()
+            raise RuntimeError(f"fault server did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def _call(self, path: str, payload: dict[str, Any] | None = None,
+              method: str = "GET") -> dict[str, Any]:
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            result: dict[str, Any] = json.loads(r.read())
+            return result
+
+    def set(self, **faults: Any) -> dict[str, Any]:
+        """Change the faults (fields of :class:`Faults`; the others keep their values)."""
+        return self._call("/_faults", faults, "POST")
+
+    def stats(self, reset: bool = False) -> Counter[str]:
+        """Requests counted so far (``requests``, by method, ``fault <kind>``, ``bytes``)."""
+        return Counter(self._call("/_stats", {} if reset else None,
+                                  "POST" if reset else "GET"))
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def __enter__(self) -> FaultServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Remote stores through faults: a real HTTP server (tests/fault_server.py, in its own
+process) that answers 503, drops connections, cuts bodies short, trickles or never
+answers, serving files or standing in front of moto's S3 server.
+
+Every request is retried on transient failures, reads return exactly the stored bytes,
+writes lose nothing, and a server that keeps failing or hangs costs at most the
+retries or the deadline, then a StoreError that says what was tried.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from shardvol import Volume
+from shardvol.errors import StoreError, VersionChangedError
+from shardvol.kvstore.fsspec_store import FsspecStore
+from shardvol.kvstore.lease import lease_path
+
+from .fault_server import FaultServer
+from .oracles import ts_create
+from .s3_server import new_bucket, s3_server
+
+VALUE = bytes(range(256)) * 400  # 102,400 bytes
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "f").write_bytes(VALUE)
+    with FaultServer(str(tmp_path)) as server:
+        yield server, tmp_path
+
+
+def _store(server: FaultServer, **kw) -> FsspecStore:
+    return FsspecStore(server.url, skip_instance_cache=True, **kw)
+
+
+@pytest.mark.parametrize("fault", ["error", "reset", "short", "slow"])
+def test_a_transient_failure_is_retried_and_the_bytes_are_exact(files, fault):
+    server, _ = files
+    store = _store(server)
+    server.set(plan=[fault, fault], slow_seconds=0.2)
+    server.stats(reset=True)
+    assert store.get("f", (1000, 90_000)) == VALUE[1000:90_000]
+    assert store.get("f") == VALUE
+    stats = server.stats()
+    assert stats[f"fault {fault}"] == 2
+    assert stats["GET"] == (2 if fault == "slow" else 4)  # (a slow answer is not refused)
+
+
+def test_versioned_reads_are_retried_too(files):
+    server, _ = files
+    store = _store(server)
+    server.set(plan=["error", "reset", "short"])
+    [(value, version)] = store.get_many_versioned([("f", (5, 105))])
+    assert value == VALUE[5:105] and version is not None
+    assert store.get_many_if([("f", (0, 10))], {"f": version}) == [VALUE[:10]]
+
+
+def test_retry_after_is_honoured(files):
+    server, _ = files
+    store = _store(server)
+    server.set(plan=["error"], retry_after=0.6)
+    start = time.monotonic()
+    assert store.get("f", (0, 4)) == VALUE[:4]
+    assert time.monotonic() - start >= 0.6
+
+
+def test_answers_that_are_not_transient_are_not_retried(files):
+    server, _ = files
+    store = _store(server)
+    server.stats(reset=True)
+    assert store.get("missing") is None
+    server.set(plan=["error"], error_status=403)
+    with pytest.raises(StoreError, match="403"):
+        store.get("f")
+    with pytest.raises(VersionChangedError):  # 412: a version change, never retried
+        store.get_many_if([("f", (0, 4))], {"f": '"not-its-etag"'})
+    assert server.stats()["GET"] == 3
+
+
+def test_a_server_that_keeps_failing_costs_the_retries_then_names_them(files):
+    server, _ = files
+    store = _store(server, retries=3)
+    server.set(error=1.0)
+    server.stats(reset=True)
+    with pytest.raises(StoreError, match=r"GET .*/f.*4 attempt\(s\).*503"):
+        store.get("f")
+    assert server.stats()["GET"] == 4
+
+
+def test_a_hung_server_costs_the_deadline(files):
+    server, _ = files
+    store = _store(server, timeout=1.0)
+    server.set(hang=1.0)
+    start = time.monotonic()
+    with pytest.raises(StoreError, match=r"/f.*deadline \(1 s\)"):
+        store.get("f")
+    assert time.monotonic() - start < 3
+
+
+def test_a_volume_reads_exactly_through_faults(tmp_path):
+    """A sharded volume that TensorStore wrote, read over HTTP while 5% of the requests are
+    refused with 503 and 2.5% of the connections dropped: the same voxels as written."""
+    data = np.random.default_rng(1).integers(0, 255, (96, 80, 70, 1), dtype=np.uint8)
+    t = ts_create(str(tmp_path / "v"), data_type="uint8", num_channels=1, size=[96, 80, 70],
+                  chunk_size=[16, 16, 16], encoding="raw", sharding={
+                      "@type": "neuroglancer_uint64_sharded_v1", "hash": "identity",
+                      "preshift_bits": 0, "minishard_bits": 2, "shard_bits": 4,
+                      "minishard_index_encoding": "gzip", "data_encoding": "gzip"})
+    t[...] = data
+    with FaultServer(str(tmp_path)) as server:
+        server.set(error=0.05, reset=0.025, seed=7)
+        vol = Volume(FsspecStore(server.url + "/v", skip_instance_cache=True))
+        assert np.array_equal(vol[...], data)
+        rng = np.random.default_rng(2)
+        for _ in range(10):
+            lo = rng.integers(0, [80, 60, 50])
+            box = tuple(slice(a, a + 17) for a in lo)
+            assert np.array_equal(vol[box], data[box])
+        assert server.stats()["fault error"] > 0
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_proxy(s3, tmp_path):
+    with FaultServer(str(tmp_path), upstream=s3) as proxy:
+        yield proxy
+
+
+def _s3(proxy: FaultServer, bucket: str, **kw) -> FsspecStore:
+    return FsspecStore(bucket + "/root", skip_instance_cache=True, endpoint_url=proxy.url, **kw)
+
+
+def test_s3_writes_through_faults_lose_nothing(s3_proxy):
+    """Partial, unaligned writes of a sharded volume on S3 while requests are refused,
+    connections dropped before and after the server acted, bodies cut short."""
+    bucket = new_bucket()
+    store = _s3(s3_proxy, bucket, lease_ttl=5)
+    vol = Volume.create(store, size=[64, 64, 32], data_type="uint16", chunk_size=[16, 16, 16],
+                        encoding="raw", sharding="auto")
+    model = np.zeros(vol.shape, np.uint16)
+    s3_proxy.set(error=0.05, reset=0.025, lost=0.025, short=0.025, seed=3)
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        lo = rng.integers(0, [50, 50, 20])
+        hi = np.minimum(lo + rng.integers(1, 20, 3), [64, 64, 32])
+        box = tuple(slice(a, b) for a, b in zip(lo, hi))
+        block = rng.integers(1, 60000, model[box].shape, dtype=np.uint16)
+        vol[box] = block
+        model[box] = block
+    s3_proxy.set(error=0.0, reset=0.0, lost=0.0, short=0.0)
+    assert np.array_equal(Volume(FsspecStore(bucket + "/root", skip_instance_cache=True))[...],
+                          model)
+    assert sum(v for k, v in s3_proxy.stats().items() if k.startswith("fault ")
+               and k != "fault ok") > 0
+
+
+def test_a_lease_created_by_an_attempt_whose_answer_was_lost_is_ours(s3_proxy):
+    """The PUT that creates the lease reaches S3 but its answer is lost: the retry finds
+    the lease exists (412), reads it, sees its own body and holds the lock, instead of
+    waiting for itself to go stale.  Its release answer is lost too: released all the same."""
+    bucket = new_bucket()
+    store = _s3(s3_proxy, bucket, lease_ttl=30, lock_timeout=3)
+    s3_proxy.set(plan=["lost"])
+    start = time.monotonic()
+    with store.lock("k"):
+        assert time.monotonic() - start < 2
+        store.set("k", b"v")
+        s3_proxy.set(plan=["lost"])  # the release's conditional DELETE
+    plain = FsspecStore(bucket + "/root", skip_instance_cache=True)
+    assert plain.get("k") == b"v"
+    assert not plain.fs.exists(lease_path(plain._path("k")))
