@@ -73,6 +73,7 @@ class _State:
         self.faults = faults
         self.rng = random.Random(faults.seed)
         self.stats: Counter[str] = Counter()
+        self.in_flight = 0
 
     def draw(self) -> str:
         f = self.faults
@@ -166,6 +167,14 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.path.startswith(CONTROL):
             return await control(request)
+        state.in_flight += 1
+        state.stats["max in flight"] = max(state.stats["max in flight"], state.in_flight)
+        try:
+            return await answer(request)
+        finally:
+            state.in_flight -= 1
+
+    async def answer(request: web.Request) -> web.StreamResponse:
         body_in = await request.read()
         state.stats["requests"] += 1
         state.stats[request.method] += 1
@@ -293,7 +302,8 @@ class FaultServer:
         return self._call("/_faults", faults, "POST")
 
     def stats(self, reset: bool = False) -> Counter[str]:
-        """Requests counted so far (``requests``, by method, ``fault <kind>``, ``bytes``)."""
+        """Requests counted so far (``requests``, by method, ``fault <kind>``, ``bytes``,
+        ``max in flight``: the most answered at once)."""
         return Counter(self._call("/_stats", {} if reset else None,
                                   "POST" if reset else "GET"))
 

@@ -178,3 +178,77 @@ def test_a_lease_created_by_an_attempt_whose_answer_was_lost_is_ours(s3_proxy):
     plain = FsspecStore(bucket + "/root", skip_instance_cache=True)
     assert plain.get("k") == b"v"
     assert not plain.fs.exists(lease_path(plain._path("k")))
+
+
+# -- requests in flight ---------------------------------------------------------------------
+
+
+def _tensorstore_volume(path, data, sharding):
+    t = ts_create(str(path), data_type="uint8", num_channels=1, size=list(data.shape[:3]),
+                  chunk_size=[16, 16, 16], encoding="raw", sharding=sharding)
+    t[...] = data
+    return str(path)
+
+
+ALIGNED = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 3,
+           "minishard_bits": 0, "shard_bits": 3, "minishard_index_encoding": "gzip",
+           "data_encoding": "gzip"}
+
+
+def test_remote_reads_keep_many_requests_in_flight_within_the_budget(tmp_path):
+    """An unsharded read of 128 chunks with 2 decode threads: the requests are not paced by
+    the threads (they went out in batches of 8 chunks, 2 at a time), and never more than
+    the process's budget, or the store's, are in flight."""
+    from shardvol.kvstore import remote
+
+    data = np.random.default_rng(3).integers(0, 255, (128, 64, 64, 1), dtype=np.uint8)
+    _tensorstore_volume(tmp_path / "u", data, None)
+    with FaultServer(str(tmp_path), latency=0.05) as server:
+        vol = Volume(FsspecStore(server.url + "/u", skip_instance_cache=True), parallel=2)
+        server.stats(reset=True)
+        assert np.array_equal(vol[...], data)
+        assert server.stats()["max in flight"] > 32
+        remote.set_io_concurrency(5)
+        try:
+            server.stats(reset=True)
+            vol = Volume(FsspecStore(server.url + "/u", skip_instance_cache=True), parallel=2)
+            assert np.array_equal(vol[...], data)
+            assert server.stats()["max in flight"] <= 5
+            server.stats(reset=True)
+            store = FsspecStore(server.url + "/u", skip_instance_cache=True, io_concurrency=3)
+            assert np.array_equal(Volume(store)[...], data)
+            assert server.stats()["max in flight"] <= 3
+        finally:
+            remote.set_io_concurrency(64)
+
+
+def test_a_cold_read_of_most_of_a_remote_shard_reads_it_whole(tmp_path):
+    """A full read of 8 shards: 8 requests (no index round trips first); a second read of
+    a box, with the indexes cached, reads ranges only."""
+    data = np.random.default_rng(4).integers(0, 255, (64, 64, 64, 1), dtype=np.uint8)
+    _tensorstore_volume(tmp_path / "s", data, ALIGNED)
+    with FaultServer(str(tmp_path)) as server:
+        vol = Volume(FsspecStore(server.url + "/s", skip_instance_cache=True))
+        server.stats(reset=True)
+        assert np.array_equal(vol[...], data)
+        stats = server.stats()
+        assert stats["requests"] == 8, stats
+        box = (slice(3, 40), slice(5, 21), slice(0, 30))
+        assert np.array_equal(vol[box], data[box])
+        assert server.stats()["bytes"] < stats["bytes"] + data.nbytes // 2
+
+
+def test_a_streamed_read_holds_at_most_its_window_ahead_of_the_caller(files):
+    """Ranged requests whose answers the caller has not taken yet stay within the window."""
+    server, _ = files
+    store = _store(server)
+    reqs = [("f", (i * 1000, i * 1000 + 1000)) for i in range(60)]
+    server.set(latency=0.01)
+    server.stats(reset=True)
+    taken = []
+    for i, value in store.iter_get_many_if(reqs, {}, window=5000):
+        assert value == VALUE[reqs[i][1][0]:reqs[i][1][1]]
+        taken.append(i)
+        time.sleep(0.005)
+    assert sorted(taken) == list(range(60))
+    assert server.stats()["max in flight"] <= 5

@@ -55,6 +55,10 @@ class BufferedChunkStore(ChunkStore[Unit]):
             buffers = [*self._units.values(), *self._sending.values()]
             return sum(len(b) for buf in buffers for b in buf.chunks.values() if b)
 
+    @property
+    def remote(self) -> bool:
+        return self.inner.remote
+
     def describe(self, coord: ChunkCoord) -> str:
         return self.inner.describe(coord)
 

@@ -48,6 +48,12 @@ class UnitContents:
 class ChunkStore(ABC, Generic[Unit]):
     """Encoded chunks by grid coordinate, batched, with atomic unit updates."""
 
+    @property
+    def remote(self) -> bool:
+        """Whether reads wait on a network: :meth:`iter_stored` then has every request of
+        a read in flight at once and yields chunks as they arrive."""
+        return False
+
     @abstractmethod
     def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
         """Encoded bytes of those ``coords`` that are stored; absent chunks are left out.

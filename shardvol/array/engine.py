@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import EllipsisType
@@ -27,7 +29,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from shardvol._ext import hugeblock
-from shardvol._parallel import WorkEstimate, default_parallel, run_parallel
+from shardvol._parallel import WorkEstimate, default_parallel, run_parallel, submit
 from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import (
@@ -144,6 +146,9 @@ class ChunkedArray:
         unless the chunks are copied straight from their files (``box_reader``).
         """
         by_coord = {p.coord: p for p in parts}
+        if self.store.remote:
+            self._stream_decode(by_coord, out)
+            return
         threads = self._read_work.threads(len(by_coord), self._threads())
         chunk_bytes = math.prod(self.grid.chunk_shape) * self.dtype.itemsize
         n = len(by_coord)
@@ -167,6 +172,34 @@ class ChunkedArray:
             self._read_work.record(time.perf_counter() - start, len(batch))
 
         run_parallel(fetch_and_decode, self._batches(list(by_coord), threads), threads)
+
+    def _stream_decode(self, by_coord: dict[ChunkCoord, ChunkPart], out: np.ndarray) -> None:
+        """Remote stores: every chunk of the read requested at once (the store keeps many
+        requests in flight, apart from the decode threads), each decoded on a thread as
+        its bytes arrive, at most ``parallel`` at a time."""
+        threads = self._threads()
+        pending: deque[Future[None]] = deque()
+
+        def decode(item: ChunkRead) -> None:
+            coord, blob, name = item
+            if blob is not None:
+                blob = self.store.decode_stored(blob, name)
+            self._decode_part(by_coord[coord], blob, name, out)
+
+        stored = self.store.iter_stored(list(by_coord))
+        try:
+            for item in stored:
+                while len(pending) >= threads:
+                    pending.popleft().result()
+                pending.append(submit(decode, item))
+            while pending:
+                pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+            close = getattr(stored, "close", None)
+            if close is not None:
+                close()  # (a generator: its requests still in flight are cancelled)
 
     def _fetch_then_decode(
         self, by_coord: dict[ChunkCoord, ChunkPart], out: np.ndarray, threads: int

@@ -27,6 +27,9 @@ from shardvol.errors import (
 ByteRange = tuple[int, int | None]
 #: Names starting with this are shardvol's own (temporary files, locks): never listed.
 HIDDEN_PREFIX = ".shardvol-"
+#: Bytes of ranges that a streaming read (KVStore.iter_get_many_if) asks for ahead of the
+#: values its caller has taken.
+DEFAULT_WINDOW = 256 << 20
 Request = str | tuple[str, ByteRange | None]
 
 _io_pool: ThreadPoolExecutor | None = None
@@ -162,6 +165,26 @@ class KVStore(ABC):
                 raise VersionChangedError(
                     f"{key!r} in {self.url} changed since version {expected!r}", key)
         return values
+
+    def iter_get_many_if(
+        self, requests: Iterable[Request], versions: Mapping[str, Hashable | None],
+        window: int = DEFAULT_WINDOW, sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, bytes | memoryview | None]]:
+        """``(i, value of requests[i])`` as :meth:`get_many_if` reads them, in any order.
+        Remote stores send every request at once and yield each value as it arrives, with
+        at most ``window`` bytes asked for but not yet taken (a ranged request counts its
+        range, another its estimate in ``sizes``, if any); this default reads them all,
+        then yields them in order."""
+        yield from enumerate(self.get_many_if(requests, versions))
+
+    def iter_get_many_versioned(
+        self, requests: Iterable[Request], window: int = DEFAULT_WINDOW,
+        sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, bytes | memoryview | None, Hashable | None]]:
+        """``(i, value, version)`` of each request, as :meth:`get_many_versioned` reads
+        them, streamed as :meth:`iter_get_many_if` streams them."""
+        for i, (value, version) in enumerate(self.get_many_versioned(requests)):
+            yield i, value, version
 
     @abstractmethod
     def set(self, key: str, value: bytes) -> None:

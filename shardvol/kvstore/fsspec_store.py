@@ -12,7 +12,9 @@ version send it as ``If-Match``, so no separate metadata requests are needed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import queue
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -27,6 +29,7 @@ from shardvol.errors import (
     VersionChangedError,
 )
 from shardvol.kvstore.base import (
+    DEFAULT_WINDOW,
     HIDDEN_PREFIX,
     ByteRange,
     KVStore,
@@ -98,7 +101,7 @@ class FsspecStore(KVStore):
             self._objects = s3
             self._reads = s3 if versioned_reads else None
         # http(s) reads all go through our GETs, which read the status and Content-Range
-        self._http = HttpVersionedReads(self.fs, self.requests) if self.read_only else None
+        self._http = HttpVersionedReads(self.fs) if self.read_only else None
         if self._http is not None and versioned_reads:
             self._reads = self._http
         self.locks_across_processes = self._objects is not None
@@ -164,60 +167,101 @@ class FsspecStore(KVStore):
 
     def get_many(self, requests: Iterable[Request]) -> list[bytes | None]:
         reqs = _checked(requests)
-        if not reqs:
-            return []
-        if self._http is not None:
-            return [value for value, _ in self._versioned_reads(reqs, {}, self._http)]
-        results = self._cat_each(reqs)
-        return [self._finish(k, r, res) for (k, r), res in zip(reqs, results)]
-
-    def _cat_each(self, reqs: list[tuple[str, ByteRange | None]]) -> list[Any]:
-        """The bytes of each request (or the exception that failed it), each retried."""
-        fs = self.fs
-        calls = [(self._path(k), None if r is None else r[0], None if r is None else r[1])
-                 for k, r in reqs]
-        whats = [f"GET {self.url}/{k}" + ("" if r is None else f" bytes {r}") for k, r in reqs]
-        if self._async:
-            coros: list[Callable[[], Awaitable[bytes]]] = [
-                partial(fs._cat_file, c[0], start=c[1], end=c[2]) for c in calls]
-            return list(sync(fs.loop, self.requests.each, coros, whats))
-        out: list[Any] = []
-        for c, what in zip(calls, whats):
-            try:
-                call = partial(fs.cat_file, c[0], start=c[1], end=c[2])
-                out.append(retry_sync(call, self.requests.policy, what))
-            except Exception as e:  # reported per request, as above
-                out.append(e)
-        return out
+        return [self._finish(k, r, res) for (k, r), (res, _) in zip(reqs, self._fetch(reqs, {}))]
 
     def get_many_versioned(
         self, requests: Iterable[Request]
     ) -> Sequence[tuple[bytes | memoryview | None, Hashable | None]]:
         if self._reads is None:
             return super().get_many_versioned(requests)
-        return self._versioned_reads(_checked(requests), {})
+        reqs = _checked(requests)
+        return [(self._finish(k, r, res), etag)
+                for (k, r), (res, etag) in zip(reqs, self._fetch(reqs, {}))]
 
     def get_many_if(
         self, requests: Iterable[Request], versions: Mapping[str, Hashable | None]
     ) -> Sequence[bytes | memoryview | None]:
         if self._reads is None:
             return super().get_many_if(requests, versions)
-        return [value for value, _ in self._versioned_reads(_checked(requests), versions)]
+        reqs = _checked(requests)
+        return [self._finish(k, r, res) for (k, r), (res, _) in zip(reqs, self._fetch(reqs,
+                                                                                   versions))]
 
-    def _versioned_reads(
-        self,
-        reqs: list[tuple[str, ByteRange | None]],
-        versions: Mapping[str, Hashable | None],
-        reads: VersionedReads | None = None,
-    ) -> list[tuple[bytes | None, Hashable | None]]:
-        """(value, ETag) of each request through ``reads`` (default: the store's versioned
-        reads); ``versions[key]`` is sent as If-Match."""
-        reads = reads or self._reads
-        assert reads is not None
+    def iter_get_many_if(
+        self, requests: Iterable[Request], versions: Mapping[str, Hashable | None],
+        window: int = DEFAULT_WINDOW, sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, bytes | memoryview | None]]:
+        """Every request sent at once (within the budgets, and with at most ``window``
+        bytes asked for but not yet taken by the caller), the values yielded as they
+        arrive."""
+        if not self._async or (self._reads is None and any(
+                v is not None for v in versions.values())):
+            yield from super().iter_get_many_if(requests, versions, window, sizes)
+            return
+        for i, value, _ in self._iter_fetch(_checked(requests), versions, window, sizes):
+            yield i, value
+
+    def iter_get_many_versioned(
+        self, requests: Iterable[Request], window: int = DEFAULT_WINDOW,
+        sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, bytes | memoryview | None, Hashable | None]]:
+        if not self._async or self._reads is None:
+            yield from super().iter_get_many_versioned(requests, window, sizes)
+            return
+        yield from self._iter_fetch(_checked(requests), {}, window, sizes)
+
+    def _iter_fetch(
+        self, reqs: list[tuple[str, ByteRange | None]], versions: Mapping[str, Hashable | None],
+        window: int, sizes: Sequence[int | None] | None,
+    ) -> Iterator[tuple[int, bytes | None, Hashable | None]]:
+        ops = [self._fetch_one(k, r, versions.get(k)) for k, r in reqs]
+        estimates = [_size_of(r) if s is None else s
+                     for (_, r), s in zip(reqs, sizes or [None] * len(reqs))]
+        for i, (res, version) in _stream(self.fs.loop, ops, estimates, window):
+            yield i, self._finish(reqs[i][0], reqs[i][1], res), version
+
+    def _fetch(self, reqs: list[tuple[str, ByteRange | None]],
+               versions: Mapping[str, Hashable | None]) -> list[tuple[Any, Hashable | None]]:
+        """(bytes or the exception that failed it, version) of each request: all sent at
+        once, each retried."""
+        if not reqs:
+            return []
+        if self._async:
+            ops = [self._fetch_one(k, r, versions.get(k)) for k, r in reqs]
+            return list(sync(self.fs.loop, _gather, ops))
+        out: list[tuple[Any, Hashable | None]] = []
+        for k, r in reqs:
+            path = self._path(k)
+            call = partial(self.fs.cat_file, path, start=None if r is None else r[0],
+                           end=None if r is None else r[1])
+            try:
+                out.append((retry_sync(call, self.requests.policy, _what(self.url, k, r)), None))
+            except Exception as e:  # reported per request, as the asynchronous path does
+                out.append((e, None))
+        return out
+
+    def _fetch_one(self, key: str, byte_range: ByteRange | None,
+                   version: Hashable | None) -> Callable[[], Awaitable[tuple[Any, Any]]]:
+        """The coroutine function of one GET, retried within the budgets: (bytes or the
+        exception that failed it, the response's version)."""
+        path = self._path(key)
+        reads = self._reads or self._http
         # the versions are ETags: tokens that this store's own versioned reads returned
-        etags = cast("Mapping[str, str | None]", versions)
-        results = reads.read([(self._path(k), r, etags.get(k)) for k, r in reqs])
-        return [(self._finish(k, r, res), etag) for (k, r), (res, etag) in zip(reqs, results)]
+        etag = cast("str | None", version)
+
+        async def attempt() -> tuple[Any, Any]:
+            if reads is not None:
+                return await reads.read_one(path, byte_range, etag)
+            start, end = (None, None) if byte_range is None else byte_range
+            return await self.fs._cat_file(path, start=start, end=end), None
+
+        async def one() -> tuple[Any, Any]:
+            try:
+                return await self.requests.one(attempt, _what(self.url, key, byte_range))
+            except Exception as e:  # reported per request (missing, 412, 416, given up)
+                return e, None
+
+        return one
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
@@ -334,6 +378,62 @@ class FsspecStore(KVStore):
             data = self.get(key)
             return None if data is None else len(data)
         return int(size)
+
+
+def _what(url: str, key: str, byte_range: ByteRange | None) -> str:
+    return f"GET {url}/{key}" + ("" if byte_range is None else f" bytes {byte_range}")
+
+
+def _size_of(byte_range: ByteRange | None) -> int | None:
+    """Bytes a request asks for, if its range says (None: a whole value or a suffix)."""
+    if byte_range is None or byte_range[1] is None or byte_range[0] < 0:
+        return None
+    return byte_range[1] - byte_range[0]
+
+
+async def _gather(ops: list[Callable[[], Awaitable[T]]]) -> list[T]:
+    return list(await asyncio.gather(*(op() for op in ops)))
+
+
+def _stream(loop: asyncio.AbstractEventLoop, ops: list[Callable[[], Awaitable[T]]],
+            sizes: list[int | None], window: int) -> Iterator[tuple[int, T]]:
+    """``(i, result of ops[i])`` in the order they finish.  Ops start in order as long as
+    the sizes of those started but not yet yielded stay within ``window`` (an op larger
+    than the window starts alone).  Stopping the iteration cancels the ops not finished."""
+    done: queue.SimpleQueue[tuple[int, T]] = queue.SimpleQueue()
+    room = [window]  # touched on the loop only
+    freed: list[asyncio.Event] = []
+
+    async def run() -> None:
+        freed.append(asyncio.Event())
+        tasks = []
+        for i, (op, size) in enumerate(zip(ops, sizes)):
+            need = min(size or 0, window)
+            while room[0] < need:
+                freed[0].clear()
+                await freed[0].wait()
+            room[0] -= need
+
+            async def finish(i: int = i, op: Callable[[], Awaitable[T]] = op) -> None:
+                done.put((i, await op()))
+
+            tasks.append(asyncio.ensure_future(finish()))
+        await asyncio.gather(*tasks)
+
+    def give_back(n: int) -> None:
+        room[0] += n
+        if freed:
+            freed[0].set()
+
+    future = asyncio.run_coroutine_threadsafe(run(), loop)
+    try:
+        for _ in ops:
+            i, result = done.get()
+            yield i, result
+            if sizes[i]:
+                loop.call_soon_threadsafe(give_back, min(sizes[i] or 0, window))
+    finally:
+        future.cancel()
 
 
 def _checked(requests: Iterable[Request]) -> list[tuple[str, ByteRange | None]]:

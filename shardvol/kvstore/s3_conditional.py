@@ -14,7 +14,7 @@ from fsspec.asyn import sync
 
 from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.remote import Requests
-from shardvol.kvstore.versioned_reads import range_header, read_each
+from shardvol.kvstore.versioned_reads import range_header
 
 # The condition failed (412), or a concurrent conditional write won (409).
 _CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
@@ -101,22 +101,12 @@ class S3ConditionalObjects:
         outcome = self._call("delete_object", path, IfMatch=version)
         return outcome.out is not None or outcome.code in _MISSING
 
-    def read(
-        self, requests: list[tuple[str, tuple[int, int | None] | None, str | None]]
-    ) -> list[tuple[Any, str | None]]:
-        """``(path, byte range or None, ETag the object must have or None)`` ->
-        ``(bytes, or the exception: FileNotFoundError if absent, else botocore's error;
-        the object's ETag or None)``, the requests sent concurrently."""
-        client = sync(self.fs.loop, self.fs.set_session)
-        return sync(self.fs.loop, self._read_all, client, requests)
-
-    async def _read_all(self, client: Any, requests: list) -> list[tuple[Any, str | None]]:
-        return await read_each(self.runner, lambda *r: self._read_one(client, *r), requests)
-
-    async def _read_one(self, client: Any, path: str, byte_range: tuple[int, int | None] | None,
-                        etag: str | None) -> tuple[Any, str | None]:
+    async def read_one(self, path: str, byte_range: tuple[int, int | None] | None,
+                       etag: str | None) -> tuple[Any, str | None]:
+        """A GET (see VersionedReads); botocore's errors other than NoSuchKey are raised."""
         from botocore.exceptions import ClientError
 
+        client = await self.fs.set_session()
         bucket, key, _ = self.fs.split_path(path)
         kwargs = dict(getattr(self.fs, "req_kw", {}), Bucket=bucket, Key=key)
         if etag is not None:

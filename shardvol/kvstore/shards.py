@@ -125,9 +125,11 @@ class RangeReader:
         """``(i, bytes of spans[i])`` for every ``(key, start, stop)`` span, in file order.
 
         Spans of one file are coalesced; every request must find its file at
-        ``versions[key]`` (else Stale; a file gone is a ShardFormatError).  The requests go out
-        concurrently, in groups of about ``group_bytes`` (all at once if None), so that
-        a caller dropping the views as it goes holds about that much at a time.
+        ``versions[key]`` (else Stale; a file gone is a ShardFormatError).  Local stores:
+        the requests go out in groups of about ``group_bytes`` (all at once if None), so
+        that a caller dropping the views as it goes holds about that much at a time.
+        Remote stores: all go out at once, within the store's window of bytes ahead of the
+        caller, and the spans come as their requests are answered.
         """
         order = sorted(range(len(spans)), key=lambda i: (spans[i][0], spans[i][1]))
         requests: list[tuple[str, tuple[int, int]]] = []
@@ -143,18 +145,32 @@ class RangeReader:
                 requests.append((key, (run.start, run.stop)))
                 members.append(idx[run.first : run.last])
             a = b
+        if not self.store.local:
+            yield from self._stream(requests, members, spans, versions, explain)
+            return
         for first, last in _groups(requests, group_bytes):
             group = requests[first:last]
             blobs = self.get(group, {k: versions.get(k) for k, _ in group}, explain)
-            for (key, (base, stop)), idx, blob in zip(group, members[first:last], blobs):
-                if blob is None:  # (a real error unless the file changed: see retrying)
-                    raise ShardFormatError(f"{key}: file missing, but its index was read")
-                if len(blob) != stop - base:  # (a store's contract, checked once more)
-                    raise ShardFormatError(f"{key}: bytes [{base}, {stop}) past its end")
-                view = memoryview(blob)
-                for i in idx:
-                    yield i, view[spans[i][1] - base : spans[i][2] - base]
-            del blobs, blob, view  # this group's bytes go before the next group is read
+            for request, idx, blob in zip(group, members[first:last], blobs):
+                yield from _split(request, idx, blob, spans)
+            del blobs, blob  # this group's bytes go before the next group is read
+
+    def _stream(
+        self,
+        requests: list[tuple[str, tuple[int, int]]],
+        members: list[list[int]],
+        spans: Sequence[tuple[str, int, int]],
+        versions: Mapping[str, Hashable | None],
+        explain: Explain | None,
+    ) -> Iterator[tuple[int, memoryview]]:
+        """:meth:`read`'s spans as the store's streaming read answers the requests."""
+        wanted = {k: versions.get(k) for k, _ in requests}
+        with self._range_errors(requests, explain):
+            try:
+                for r, blob in self.store.iter_get_many_if(requests, wanted):
+                    yield from _split(requests[r], members[r], blob, spans)
+            except VersionChangedError as e:
+                raise Stale(e.key) from e
 
     def get(
         self,
@@ -199,6 +215,20 @@ class RangeReader:
                     if message is not None:
                         raise ShardFormatError(message) from e
             raise ShardFormatError(f"shard file shorter than its index says: {e}") from e
+
+
+def _split(request: tuple[str, tuple[int, int]], idx: list[int],
+           blob: bytes | memoryview | None, spans: Sequence[tuple[str, int, int]]
+           ) -> Iterator[tuple[int, memoryview]]:
+    """``(i, bytes of spans[i])`` of the spans ``idx`` that one request's answer holds."""
+    key, (base, stop) = request
+    if blob is None:  # (a real error unless the file changed: see retrying)
+        raise ShardFormatError(f"{key}: file missing, but its index was read")
+    if len(blob) != stop - base:  # (a store's contract, checked once more)
+        raise ShardFormatError(f"{key}: bytes [{base}, {stop}) past its end")
+    view = memoryview(blob)
+    for i in idx:
+        yield i, view[spans[i][1] - base : spans[i][2] - base]
 
 
 def _groups(requests: list[tuple[str, tuple[int, int]]], group_bytes: int | None) -> list[

@@ -11,14 +11,9 @@ that send no ETag, or ignore ``If-Match``, read as before (unchecked).
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any, Protocol
 
-from fsspec.asyn import sync
-
 from shardvol.errors import ByteRangeError, StoreError
-from shardvol.kvstore.remote import Requests
 
 
 def strong_etag(value: str | None) -> str | None:
@@ -37,50 +32,29 @@ def range_header(byte_range: tuple[int, int | None]) -> str:
 ReadResult = tuple[Any, "str | None"]  # (bytes or the exception, ETag or None)
 
 
-async def read_each(
-    runner: Requests, one: Callable[..., Awaitable[ReadResult]], requests: list
-) -> list[ReadResult]:
-    """``one(*request)`` for every ``(path, byte range, ETag)`` request, within the
-    budgets and retried (see Requests); an exception in place of a result that failed."""
-    ops: list[Callable[[], Awaitable[ReadResult]]] = [partial(one, *r) for r in requests]
-    results = await runner.each(
-        ops,
-        [f"GET {path}" + ("" if rng is None else f" bytes {rng}") for path, rng, _ in requests],
-    )
-    return [(r, None) if isinstance(r, Exception) else r for r in results]
-
-
 class VersionedReads(Protocol):
     """Reads that return each response's version and may require one (S3's, HTTP's)."""
 
-    def read(
-        self, requests: list[tuple[str, tuple[int, int | None] | None, str | None]]
-    ) -> list[ReadResult]:
-        """``(path, byte range or None, ETag required or None)`` -> ``(bytes or the
-        exception, ETag or None)`` of each request."""
+    async def read_one(
+        self, path: str, byte_range: tuple[int, int | None] | None, etag: str | None
+    ) -> ReadResult:
+        """``(bytes, or the exception: FileNotFoundError if absent, ByteRangeError; the
+        response's ETag or None)`` of one GET of ``path`` (``byte_range`` of it), which
+        must find the object at ``etag`` if given (else the client's 412 error is raised);
+        transient failures are raised, for the caller to retry."""
+        ...
 
 
 class HttpVersionedReads:
     """Ranged GETs on an ``fsspec`` HTTP filesystem that return each response's ETag."""
 
-    def __init__(self, fs: Any, runner: Requests) -> None:
+    def __init__(self, fs: Any) -> None:
         self.fs = fs
-        self.runner = runner
 
-    def read(
-        self, requests: list[tuple[str, tuple[int, int | None] | None, str | None]]
-    ) -> list[tuple[Any, str | None]]:
-        """``(url, byte range or None, ETag the file must have or None)`` -> ``(bytes, or the
-        exception: FileNotFoundError if absent, ByteRangeError, else aiohttp's error; the
-        response's strong ETag or None)``, the requests sent concurrently."""
-        return sync(self.fs.loop, self._read_all, requests)
-
-    async def _read_all(self, requests: list) -> list[ReadResult]:
+    async def read_one(self, url: str, byte_range: tuple[int, int | None] | None,
+                       etag: str | None) -> ReadResult:
+        """See VersionedReads; only strong ETags count as versions."""
         session = await self.fs.set_session()
-        return await read_each(self.runner, lambda *r: self._read_one(session, *r), requests)
-
-    async def _read_one(self, session: Any, url: str, byte_range: tuple[int, int | None] | None,
-                        etag: str | None) -> tuple[Any, str | None]:
         kwargs = dict(self.fs.kwargs)
         headers = dict(kwargs.pop("headers", None) or {})
         if etag is not None:

@@ -24,6 +24,9 @@ from shardvol.sharding.auto import shard_shape_in_chunks
 from shardvol.sharding.reader import obsolete_names
 from shardvol.sharding.writer import ShardEntries, read_entries
 
+#: Remote reads that want most of a shard whose chunks hold at most this many bytes
+#: (decoded) read the shard file whole.
+WHOLE_SHARD_BYTES = 256 << 20
 _ENUMERATE_LIMIT = 1 << 22  # grids up to this many chunks are enumerated to map shard -> chunks
 _ENUMERATE_BLOCK = 1 << 18
 
@@ -38,14 +41,21 @@ class ShardedChunkStore(ChunkStore[int]):
         spec: ShardingSpec,
         level: int = DEFAULT_LEVEL,
         max_chunk_bytes: int | None = None,
+        chunk_nbytes: int | None = None,
     ) -> None:
-        """``max_chunk_bytes``: gzip-encoded chunk data inflating to more is corrupt."""
+        """``max_chunk_bytes``: gzip-encoded chunk data inflating to more is corrupt.
+        ``chunk_nbytes``: a decoded chunk's bytes (to size whole-shard reads)."""
         self.kv = store
+        self.chunk_nbytes = chunk_nbytes
         self.grid = grid
         self.spec = spec
         self.level = level
         self.grid_size = grid.grid_shape[:3]
         self.reader = ShardReader(store, spec, max_value_size=max_chunk_bytes)
+
+    @property
+    def remote(self) -> bool:
+        return not self.kv.local
 
     def codes(self, coords: Sequence[ChunkCoord]) -> np.ndarray:
         xyz = np.array([c[:3] for c in coords], dtype=np.uint64).reshape(-1, 3)
@@ -82,11 +92,32 @@ class ShardedChunkStore(ChunkStore[int]):
         codes = self.codes(coords)
         index = {k: i for i, k in enumerate(codes.tolist())}
         names = self._names(coords, codes)
-        for key, blob in self.reader.iter_data_many(codes, decode=decode):
+        whole = self._whole_shards(codes) if self.remote else None
+        for key, blob in self.reader.iter_data_many(codes, decode=decode, whole=whole):
             i = index.pop(key)
             yield coords[i], blob, names[i]
         for i in index.values():
             yield coords[i], None, names[i]
+
+    def _whole_shards(self, codes: np.ndarray) -> dict[int, int]:
+        """Shards whose index is not cached and of which a read wants at least half the
+        chunks: read whole (one request instead of the index, minishard index and data
+        round trips), with the bytes their chunks hold decoded, when that is at most
+        WHOLE_SHARD_BYTES.  (With its index cached, a shard's data is one request anyway.)"""
+        if self.chunk_nbytes is None:
+            return {}
+        shards, counts = np.unique(self.spec.shard_and_minishard(codes)[0], return_counts=True)
+        whole = {}
+        for s, n in zip(shards.tolist(), counts.tolist()):
+            if self.spec.shard_filename(s) in self.reader.shard_index_cache:
+                continue
+            members = self.unit_chunks(s)
+            if members is None:
+                continue
+            nbytes = len(members) * self.chunk_nbytes
+            if nbytes <= WHOLE_SHARD_BYTES and 2 * n >= len(members):
+                whole[s] = nbytes
+        return whole
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[int, list[ChunkCoord]]:
         shards, _ = self.spec.shard_and_minishard(self.codes(coords))

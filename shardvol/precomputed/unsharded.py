@@ -36,6 +36,10 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
         self.grid = grid
         self.max_chunk_bytes = max_chunk_bytes
 
+    @property
+    def remote(self) -> bool:
+        return not self.kv.local
+
     def describe(self, coord: ChunkCoord) -> str:
         return self._name(chunk_key(self.grid, coord))
 
@@ -55,9 +59,20 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
         return found
 
     def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
-        """Local stores: one file at a time; remote ones: concurrent requests first."""
+        """Local stores: one file at a time; remote ones: every chunk requested at once,
+        yielded as it arrives (then CloudVolume's ``.gz`` files of those missing)."""
         if not self.kv.local:
-            yield from super().iter_chunks(coords)
+            keys = [chunk_key(self.grid, c) for c in coords]
+            missing = []
+            for i, blob in self.kv.iter_get_many_if(keys, {}):
+                if blob is None:
+                    missing.append(i)
+                else:
+                    yield coords[i], blob, self._name(keys[i])
+            probes = self.kv.get_many([keys[i] + ".gz" for i in missing]) if missing else []
+            for i, packed in zip(missing, probes):
+                value = None if packed is None else self._gunzip(packed, keys[i])
+                yield coords[i], value, self._name(keys[i])
             return
         for c in coords:
             key = chunk_key(self.grid, c)

@@ -103,7 +103,8 @@ class Volume:
             store = UnshardedChunkStore(kv, grid, max_chunk)
         else:
             store = ShardedChunkStore(
-                kv, grid, self._spec, self._options["compress_level"], max_chunk
+                kv, grid, self._spec, self._options["compress_level"], max_chunk,
+                chunk_nbytes=math.prod(grid.chunk_shape) * meta.dtype.itemsize,
             )
         codec = get_codec(
             scale.encoding,

@@ -241,7 +241,7 @@ def encode_shard(
 
 
 def shard_entries(
-    spec: ShardingSpec, blob: bytes, filename: str = "<shard>"
+    spec: ShardingSpec, blob: bytes | memoryview, filename: str = "<shard>"
 ) -> tuple[np.ndarray, np.ndarray, list[memoryview]]:
     """(keys, minishards, stored data views) of every entry of a whole shard file, validated.
 

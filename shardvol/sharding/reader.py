@@ -13,7 +13,7 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 from __future__ import annotations
 
 import numbers
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Generator, Hashable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -40,6 +40,7 @@ from shardvol.sharding.format import (
     decode_values,
     disassemble_shard,
     run_starts,
+    shard_entries,
 )
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
@@ -197,7 +198,8 @@ class ShardReader:
         return dict(zip(loc.keys.tolist(), values))
 
     def iter_data_many(
-        self, keys: Iterable[int] | np.ndarray, decode: bool = True
+        self, keys: Iterable[int] | np.ndarray, decode: bool = True,
+        whole: Mapping[int, int] | None = None,
     ) -> Iterator[tuple[int, bytes | memoryview]]:
         """``(key, value)`` for the keys that are present, values decoded one at a time.
 
@@ -206,8 +208,16 @@ class ShardReader:
         still in the CPU cache.  With raw data encoding the values are read-only views
         of the bytes read (no copy).  Values come in file order, not key order.
         ``decode=False``: values as stored, for :meth:`decode_value` (on other threads).
+        ``whole``: shard numbers (and the bytes each is expected to hold) whose files are
+        read whole, one request each, for callers that want most of their keys from a
+        remote store (no index round trips first); their shard indexes are cached.
         """
         pending = as_keys(keys)
+        if whole:
+            shards, _ = self.spec.shard_and_minishard(pending)
+            mine = np.isin(shards, np.array(list(whole), dtype=np.uint64))
+            left = yield from self._iter_whole(pending[mine], whole, decode)
+            pending = np.concatenate([pending[~mine], left])
         gzip = decode and self.spec.data_encoding == "gzip"
         blob: bytes | memoryview
         for _ in range(ATTEMPTS):
@@ -228,6 +238,44 @@ class ShardReader:
                     raise
                 pending = np.setdiff1d(pending, np.array(done, dtype=np.uint64))
         raise conflict(self._what(pending))
+
+    def _iter_whole(
+        self, keys: np.ndarray, whole: Mapping[int, int], decode: bool
+    ) -> Generator[tuple[int, bytes | memoryview], None, np.ndarray]:
+        """``(key, value)`` of the present ``keys``, from their shard files read whole (all
+        requested at once, within the store's window, by their expected sizes); returns
+        the keys of files that are absent as ``.shard`` files (read by ranges instead:
+        absent, or in the obsolete layout)."""
+        shards, _ = self.spec.shard_and_minishard(keys)
+        numbers = np.unique(shards).tolist()
+        files = [self.spec.shard_filename(s) for s in numbers]
+        gzip = decode and self.spec.data_encoding == "gzip"
+        left = []
+        n = self.spec.index_length
+        read = self.store.iter_get_many_versioned(files, sizes=[whole[s] for s in numbers])
+        for f, blob, version in read:
+            fn, wanted = files[f], keys[shards == np.uint64(numbers[f])]
+            if blob is None:
+                left.append(wanted)
+                continue
+            ids, minishards, views = shard_entries(self.spec, blob, fn)
+            index = decode_shard_index(memoryview(blob)[:n], self.spec, fn)
+            shard = _Shard(fn, fn, n, index, version)
+            self.shard_index_cache[fn] = Versioned(shard, version)
+            order = np.argsort(ids)
+            pos = np.minimum(np.searchsorted(ids, wanted, sorter=order), max(len(ids) - 1, 0))
+            for k, p in zip(wanted.tolist(), pos.tolist()):
+                if not len(ids) or int(ids[order[p]]) != k:
+                    continue
+                i = int(order[p])
+                value: bytes | memoryview = views[i]
+                if gzip:
+                    name = f"{fn}: minishard {int(minishards[i])}: data of key {k}"
+                    value = gzip_decompress(value, name, ShardFormatError,
+                                            max_size=self.max_value_size)
+                yield k, value
+            del blob, views
+        return np.concatenate(left) if left else np.zeros(0, dtype=np.uint64)
 
     def decode_value(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
         """A value as :meth:`iter_data_many` gives it with ``decode=False``, decoded

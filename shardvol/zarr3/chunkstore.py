@@ -65,6 +65,10 @@ class ZarrChunkStore(ChunkStore[str]):
             else 0
         )
 
+    @property
+    def remote(self) -> bool:
+        return not self.kv.local
+
     @classmethod
     def open(cls, url_or_store: str | KVStore, **kwargs) -> ZarrChunkStore:
         """The chunk store of the array whose ``zarr.json`` is at ``url_or_store``."""

@@ -1,0 +1,266 @@
+"""Volumes read over HTTP from a slow, faulty object store: shardvol vs TensorStore vs
+CloudVolume, side by side, in one run.
+
+The benchmark volumes of bench_volume.py (written by TensorStore) are served by
+tests/fault_server.py, an aiohttp server in its own process, with ``--latency`` seconds
+(default 0.025, an object store's time to first byte) before every answer, strong ETags
+and Range support.  Each library reads through ``http://127.0.0.1:PORT/NAME`` with its
+defaults and a fresh handle (no caches carried over); the best of ``--repeat`` runs is
+kept, the libraries interleaved.  The server counts the requests of each run, and every
+result is checked against the array that was written.
+
+Workloads, as a viewer or an analysis would issue them:
+  full read     the whole volume
+  24 cutouts    24 random 100^3 boxes, one after another
+  16 planes     16 consecutive xy planes through the middle of the volume, one read each
+
+The floor of a workload is what no library can beat here: shardvol's time for the same
+reads of the local files (fresh handle), plus one latency per read, plus one more for a
+sharded volume's first shard index.  ``--faults`` runs everything again with 5% of the
+requests answered 503 and 2.5% of the connections dropped before any answer.
+``--backends`` times the raw request path: a burst of 256 ranged GETs and 8 whole shards
+through shardvol's store and through obstore (Rust object_store), at the same latency.
+
+Run:  python benchmarks/bench_remote.py [--quick] [--repeat 2] [--latency 0.025]
+      [--faults] [--backends] [--only NAME] [--no-cloudvolume]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorstore as ts
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import bench_volume as bv  # noqa: E402
+
+from shardvol import Volume  # noqa: E402
+from shardvol.kvstore.fsspec_store import FsspecStore  # noqa: E402
+from tests.fault_server import FaultServer  # noqa: E402
+
+REMOTE = ["raw sharded", "jpeg sharded", "cseg sharded", "raw"]
+N_PLANES = 16
+
+
+class Lib:
+    name = ""
+    sharded_ok = True
+
+    def open(self, url: str) -> Any:
+        raise NotImplementedError
+
+    def read(self, h: Any, box: tuple[slice, ...] | None) -> np.ndarray:
+        raise NotImplementedError
+
+
+class Shardvol(Lib):
+    name = "shardvol"
+
+    def open(self, url: str) -> Any:
+        if url.startswith("http"):
+            return Volume(FsspecStore(url, skip_instance_cache=True))
+        return Volume(url)
+
+    def read(self, h: Any, box: tuple[slice, ...] | None) -> np.ndarray:
+        return h[...] if box is None else h[box]
+
+
+class TensorStore(Lib):
+    name = "TensorStore"
+
+    def open(self, url: str) -> Any:
+        kv = {"driver": "http", "base_url": url}
+        return ts.open({"driver": "neuroglancer_precomputed", "kvstore": kv},
+                       read=True).result()
+
+    def read(self, h: Any, box: tuple[slice, ...] | None) -> np.ndarray:
+        return (h if box is None else h[box]).read(order="F").result()
+
+
+class CloudVolumeLib(Lib):
+    name = "CloudVolume"
+
+    def __init__(self) -> None:
+        warnings.filterwarnings("ignore", module="cloudvolume")
+        from cloudvolume import CloudVolume
+
+        self.cls = CloudVolume
+
+    def open(self, url: str) -> Any:
+        return self.cls(url, mip=0, fill_missing=True, bounded=True, cache=False,
+                        progress=False, parallel=1)
+
+    def read(self, h: Any, box: tuple[slice, ...] | None) -> np.ndarray:
+        return np.asarray(h[:, :, :] if box is None else h[box[:3]])
+
+
+def workloads(shape: tuple[int, int, int], sizes: bv.Sizes) -> dict[str, list]:
+    """Name -> the boxes read one after another (None: the whole volume)."""
+    z0 = shape[2] // 2 - N_PLANES // 2
+    planes = [(slice(None), slice(None), slice(z, z + 1), slice(None))
+              for z in range(z0, z0 + N_PLANES)]
+    return {"full read": [None], "24 cutouts": bv.cutout_boxes(shape, sizes.cutout),
+            f"{N_PLANES} planes": planes}
+
+
+def run_reads(lib: Lib, url: str, boxes: list, data: np.ndarray) -> float:
+    """Seconds to open a fresh handle's reads (the open is untimed); checks every result."""
+    h = lib.open(url)
+    t0 = time.perf_counter()
+    results = [lib.read(h, box) for box in boxes]  # one after another
+    elapsed = time.perf_counter() - t0
+    for box, got in zip(boxes, results):
+        want = data if box is None else data[box]
+        if not np.array_equal(np.asarray(got).reshape(want.shape), want):
+            raise AssertionError(f"{lib.name} read wrong voxels")
+    return elapsed
+
+
+def measure(libs: list[Lib], server: FaultServer, url_of: Callable[[str], str],
+            local: str, data: np.ndarray, boxes: list, repeat: int,
+            sharded: bool, latency: float) -> dict[str, Any]:
+    """Best time and requests of each library, and the floor."""
+    best: dict[str, tuple[float, int]] = {}
+    for _ in range(repeat):
+        for lib in libs:
+            server.stats(reset=True)
+            t = run_reads(lib, url_of(lib.name), boxes, data)
+            n = server.stats()["requests"]
+            if lib.name not in best or t < best[lib.name][0]:
+                best[lib.name] = (t, n)
+    local_t = min(run_reads(Shardvol(), local, boxes, data) for _ in range(repeat))
+    floor = local_t + latency * (len(boxes) + (1 if sharded else 0))
+    return {"best": best, "floor": floor}
+
+
+def fmt_row(name: str, op: str, r: dict[str, Any], libs: list[Lib]) -> str:
+    best = r["best"]
+    cells = []
+    for lib in libs:
+        t, n = best[lib.name]
+        cells.append(f"{t * 1000:,.0f} ms, {n} req")
+    mine = best["shardvol"][0]
+    peers = [best[lib.name][0] for lib in libs if lib.name != "shardvol"]
+    ratio = f"{min(peers) / mine:.2f}x" if peers else "-"
+    return (f"| {name} | {op} | " + " | ".join(cells)
+            + f" | {ratio} | {r['floor'] * 1000:,.0f} ms ({mine / r['floor']:.2f}x) |")
+
+
+def bench_backends(root: str, path: str, latency: float) -> None:
+    """A burst of 256 ranged GETs and 8 whole shard files: shardvol's store vs obstore."""
+    try:
+        import obstore
+        from obstore.store import HTTPStore
+    except ImportError:
+        print("obstore not installed: backends skipped")
+        return
+    import asyncio
+
+    shards = sorted(os.path.relpath(os.path.join(d, f), path)
+                    for d, _, files in os.walk(path) for f in files if f.endswith(".shard"))
+    sizes = [os.path.getsize(os.path.join(path, f)) for f in shards]
+    rng = np.random.default_rng(5)
+    ranges = []
+    for _ in range(256):
+        i = int(rng.integers(len(shards)))
+        a = int(rng.integers(0, sizes[i] - 65536))
+        ranges.append((shards[i], a, a + 65536))
+    with FaultServer(root, latency=latency) as server:
+        base = f"{server.url}/{os.path.basename(path)}"
+        ours = FsspecStore(base, skip_instance_cache=True)
+        theirs = HTTPStore.from_url(base, client_options={"allow_http": True})
+
+        async def ob_ranges() -> list:
+            return await asyncio.gather(*(obstore.get_range_async(theirs, f, start=a, end=b)
+                                          for f, a, b in ranges))
+
+        async def ob_whole() -> list:
+            results = await asyncio.gather(*(obstore.get_async(theirs, f) for f in shards))
+            return await asyncio.gather(*(r.bytes_async() for r in results))
+
+        cases = {
+            "256 ranged GETs of 64 KiB": (
+                lambda: ours.get_many([(f, (a, b)) for f, a, b in ranges]),
+                lambda: asyncio.run(ob_ranges())),
+            f"{len(shards)} whole shards ({sum(sizes) / 1e6:.0f} MB)": (
+                lambda: ours.get_many(shards), lambda: asyncio.run(ob_whole())),
+        }
+        for faults in (False, True):
+            server.set(error=0.05 if faults else 0.0, reset=0.025 if faults else 0.0, seed=1)
+            for name, (a, b) in cases.items():
+                ta = min(_timed(a) for _ in range(3))
+                tb = min(_timed(b) for _ in range(3))
+                label = name + (", 5% 503 + 2.5% resets" if faults else "")
+                print(f"| {label} | {ta * 1000:,.0f} ms | {tb * 1000:,.0f} ms | {tb / ta:.2f}x |")
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=os.path.join(HERE, "data"))
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--latency", type=float, default=0.025)
+    ap.add_argument("--quick", action="store_true", help="smaller volumes")
+    ap.add_argument("--only", action="append", choices=REMOTE)
+    ap.add_argument("--faults", action="store_true", help="also with 5%% 503s, 2.5%% resets")
+    ap.add_argument("--backends", action="store_true", help="also the raw request path")
+    ap.add_argument("--no-cloudvolume", action="store_true")
+    args = ap.parse_args()
+    sizes = bv.QUICK if args.quick else bv.FULL
+    libs: list[Lib] = [Shardvol(), TensorStore()]
+    if not args.no_cloudvolume:
+        libs.append(CloudVolumeLib())
+    names = args.only or REMOTE
+    datasets = [d for d in bv.DATASETS if d.name in names]
+    print(f"{os.cpu_count()} CPUs, latency {args.latency * 1000:g} ms, best of {args.repeat}; "
+          "time of the reads and requests the server counted; ratio: best peer's time over "
+          "shardvol's; floor: shardvol's local-file time + one latency per read (+1 sharded)")
+    os.makedirs(args.data, exist_ok=True)
+    header = ("| dataset | workload | " + " | ".join(lib.name for lib in libs)
+              + " | best peer / shardvol | floor (shardvol / floor) |")
+    rule = "|---|---|" + "---:|" * (len(libs) + 2)
+    for faults in ([False, True] if args.faults else [False]):
+        print(("\nwith 5% of requests answered 503 and 2.5% of connections dropped\n"
+               if faults else "\n") + header + "\n" + rule)
+        for ds in datasets:
+            path = bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
+            # the truth: what TensorStore reads from the local files (jpeg is lossy)
+            data = bv.TensorStore().read(bv.TensorStore().open(path), None)
+            with FaultServer(args.data, latency=args.latency) as server:
+                if faults:
+                    server.set(error=0.05, reset=0.025, seed=11)
+                base = f"{server.url}/{os.path.basename(path)}"
+
+                def url_of(lib_name: str, base: str = base) -> str:
+                    return base
+
+                for op, boxes in workloads(data.shape[:3], sizes).items():
+                    r = measure(libs, server, url_of, path, data, boxes, args.repeat,
+                                ds.sharding is not None, args.latency)
+                    print(fmt_row(ds.name, op, r, libs), flush=True)
+    if args.backends:
+        ds = next(d for d in bv.DATASETS if d.name == "raw sharded")
+        data = bv.source_array(ds, sizes)
+        path = bv.ensure_dataset(args.data, ds, data)
+        print("\n| request path | shardvol (fsspec + aiohttp) | obstore | obstore / shardvol |\n"
+              "|---|---:|---:|---:|")
+        bench_backends(args.data, path, args.latency)
+
+
+if __name__ == "__main__":
+    main()
