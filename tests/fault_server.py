@@ -110,14 +110,15 @@ def _byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
 
 
 async def _deliver(request: web.Request, state: _State, status: int, headers: dict[str, str],
-                   body: bytes, fault: str) -> web.StreamResponse:
-    """Send an answer, with the body fault ``fault`` (short, slow) applied."""
+                   body: bytes, fault: str, length: int | None = None) -> web.StreamResponse:
+    """Send an answer, with the body fault ``fault`` (short, slow) applied; ``length``: the
+    Content-Length (of a HEAD's body not sent), else the body's."""
     if fault == "lost":
         assert request.transport is not None
         request.transport.abort()
         return web.Response()
     resp = web.StreamResponse(status=status, headers=headers)
-    resp.content_length = len(body)
+    resp.content_length = len(body) if length is None else length
     await resp.prepare(request)
     if request.method == "HEAD" or not body:
         await resp.write_eof()
@@ -204,27 +205,31 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
         path = os.path.realpath(os.path.join(root, request.path.lstrip("/")))
         if not path.startswith(os.path.realpath(root) + os.sep) or not os.path.isfile(path):
             return web.Response(status=404)
-        with open(path, "rb") as f:
+        with open(path, "rb") as f:  # (only the bytes asked for are read)
             st = os.fstat(f.fileno())
-            data = f.read()
-        etag = _etag(st)
-        wanted = request.headers.get("If-Match")
-        if wanted is not None and wanted.strip() not in ("*", etag):
-            return web.Response(status=412)
-        headers = {"ETag": etag, "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream"}
-        span = None if state.faults.ignore_range else _byte_range(
-            request.headers.get("Range"), len(data))
-        if span == "bad":
-            return web.Response(status=400)
-        if span == "unsatisfiable":
-            return web.Response(status=416, headers={"Content-Range": f"bytes */{len(data)}"})
-        if span is None:
-            return await _deliver(request, state, 200, headers, data, fault)
-        assert isinstance(span, tuple)
-        start, stop = span
-        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(data)}"
-        return await _deliver(request, state, 206, headers, data[start:stop], fault)
+            size = st.st_size
+            etag = _etag(st)
+            wanted = request.headers.get("If-Match")
+            if wanted is not None and wanted.strip() not in ("*", etag):
+                return web.Response(status=412)
+            headers = {"ETag": etag, "Accept-Ranges": "bytes",
+                       "Content-Type": "application/octet-stream"}
+            span = None if state.faults.ignore_range else _byte_range(
+                request.headers.get("Range"), size)
+            if span == "bad":
+                return web.Response(status=400)
+            if span == "unsatisfiable":
+                return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
+            if span is None:
+                data = f.read() if request.method == "GET" else b""
+                headers["Content-Length"] = str(size)
+                return await _deliver(request, state, 200, headers, data, fault, size)
+            assert isinstance(span, tuple)
+            start, stop = span
+            f.seek(start)
+            data = f.read(stop - start) if request.method == "GET" else b""
+        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+        return await _deliver(request, state, 206, headers, data, fault, stop - start)
 
     async def forward(request: web.Request, body_in: bytes, fault: str) -> web.StreamResponse:
         if not sessions:
