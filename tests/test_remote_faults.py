@@ -252,3 +252,19 @@ def test_a_streamed_read_holds_at_most_its_window_ahead_of_the_caller(files):
         time.sleep(0.005)
     assert sorted(taken) == list(range(60))
     assert server.stats()["max in flight"] <= 5
+
+
+def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path):
+    """The first read of a shard also reads the minishard indexes it did not need, in the
+    same round trip: a later read of other chunks of that shard is one request."""
+    spec = {**ALIGNED, "preshift_bits": 1, "minishard_bits": 2, "shard_bits": 3}
+    data = np.random.default_rng(5).integers(0, 255, (64, 64, 64, 1), dtype=np.uint8)
+    _tensorstore_volume(tmp_path / "m", data, spec)
+    with FaultServer(str(tmp_path)) as server:
+        vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True))
+        a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
+        b = (slice(16, 32), slice(16, 32), slice(16, 32))  # chunk (1, 1, 1): minishard 3
+        assert np.array_equal(vol[a], data[a])
+        server.stats(reset=True)
+        assert np.array_equal(vol[b], data[b])
+        assert server.stats()["requests"] == 1

@@ -47,6 +47,10 @@ from shardvol.sharding.spec import ShardingSpec, as_keys
 # Default gaps between byte ranges read as one request: about the bytes a local
 # read copies in the time one extra request costs; remote stores pay a round trip.
 LOCAL_COALESCE_GAP = 16 * 1024
+# Remote reads fetch all the minishard indexes of a shard with those they need, when there
+# are at most this many, of at most this many bytes (see ShardReader._add_all_minishards).
+ALL_MINISHARDS_COUNT = 64
+ALL_MINISHARDS_BYTES = 1 << 20
 REMOTE_COALESCE_GAP = 1024 * 1024
 # Keys whose data positions a reader remembers at most (about 100 bytes each).
 _REMEMBER_LIMIT = 1 << 16
@@ -439,9 +443,32 @@ class ShardReader:
                     pending.setdefault(shard.data_key, []).append(
                         (pos, pos + end - start, i, shard, m)
                     )
+            if not self.store.local:
+                self._add_all_minishards(shard, {wanted[i][1] for i in idxs}, pending)
         if pending:
             self._fetch_minishard_indexes(pending, out)
         return out  # type: ignore[return-value]  # no None left: every slot is filled by now
+
+    def _add_all_minishards(self, shard: _Shard, asked: set[int], pending: dict) -> None:
+        """Remote stores: with the minishard indexes a read asks for, read the shard's other
+        ones not cached (-1 in ``pending``: cached only), in the same round trip, when they
+        hold at most ALL_MINISHARDS_BYTES and fit in the cache: later reads of the shard
+        then take one round trip, not two."""
+        used = np.flatnonzero(shard.ranges[:, 1] != shard.ranges[:, 0])
+        if not len(used) or len(used) > ALL_MINISHARDS_COUNT:
+            return
+        if int((shard.ranges[used, 1] - shard.ranges[used, 0]).sum()) > ALL_MINISHARDS_BYTES:
+            return
+        cache = self.minishard_index_cache
+        more = [m for m in used.tolist() if m not in asked
+                and (shard.filename, shard.version, m) not in cache]
+        if not more or len(more) + len(cache) > cache.size:
+            return
+        ranges = check_minishard_ranges(shard.ranges, np.array(more, dtype=np.intp),
+                                        shard.data_key).tolist()
+        for m, (start, end) in zip(more, ranges):
+            pos = shard.origin + start
+            pending.setdefault(shard.data_key, []).append((pos, pos + end - start, -1, shard, m))
 
     def _fetch_minishard_indexes(self, pending: dict, out: list) -> None:
         """Read and decode the minishard indexes of ``pending`` ({data file: [(start, stop,
@@ -469,7 +496,8 @@ class ShardReader:
                 _, _, _, i, shard, m = items[n]
                 # keyed by version: an index read from an older file never serves a newer one
                 self.minishard_index_cache[(shard.filename, shard.version, m)] = msi
-                out[i] = msi
+                if i >= 0:
+                    out[i] = msi
 
     # -- lookup --------------------------------------------------------------------------
 
