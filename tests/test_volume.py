@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 import re
+import sys
 import zlib
 
 import numpy as np
@@ -496,8 +497,10 @@ def test_common_mistakes_are_shardvol_errors(tmp_path, monkeypatch):
         with pytest.raises(InvalidArgumentError, match="parallel"):
             Volume(str(tmp_path / "b"), parallel=bad)
     assert (Volume(str(tmp_path / "b"), parallel=np.int64(3))[...] == 0).all()
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if gcsfs were not installed
+    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "gs", raising=False)
     with pytest.raises(shardvol.errors.UnsupportedSchemeError, match="gcsfs"):
-        Volume("gs://bucket/volume")  # gcsfs is not installed here
+        Volume("gs://bucket/volume")
     vol = Volume(str(tmp_path / "b"))
     vol[...] = 1
 

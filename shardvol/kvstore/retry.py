@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -84,10 +85,16 @@ def status_of(exc: BaseException | None) -> int | None:
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is a failure worth retrying (see the module doc)."""
+    """Whether ``exc`` is a failure worth retrying (see the module doc).  A host name that
+    does not resolve is not: it fails at once rather than after the whole deadline."""
     if status_of(exc) in TRANSIENT_STATUS:
         return True
     seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror) or type(seen).__name__ == "ClientConnectorDNSError":
+            return False
+        seen = seen.__cause__ or seen.__context__
+    seen = exc
     while seen is not None:
         if isinstance(seen, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
             return True
