@@ -268,3 +268,19 @@ def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path):
         server.stats(reset=True)
         assert np.array_equal(vol[b], data[b])
         assert server.stats()["requests"] == 1
+
+
+def test_remote_writes_keep_many_uploads_in_flight(s3_proxy):
+    """128 chunk files written to S3 with 2 threads: not 8 uploads at a time (the local
+    writers' count) but many, each under its lease."""
+    bucket = new_bucket()
+    vol = Volume.create(_s3(s3_proxy, bucket), size=[128, 64, 64], data_type="uint8",
+                        chunk_size=[16, 16, 16], encoding="raw", parallel=2)
+    data = np.random.default_rng(6).integers(0, 255, vol.shape, dtype=np.uint8)
+    s3_proxy.set(latency=0.05)
+    s3_proxy.stats(reset=True)
+    vol[...] = data
+    assert s3_proxy.stats()["max in flight"] > 16
+    s3_proxy.set(latency=0.0)
+    assert np.array_equal(Volume(FsspecStore(bucket + "/root", skip_instance_cache=True))[...],
+                          data)

@@ -47,7 +47,10 @@ _MIN_BATCH = 8  # chunks: a batch costs about as much as decoding a few small ch
 _MAX_BATCH = 64
 _BATCHES_PER_THREAD = 8  # enough for the threads to finish together
 _MAX_WRITERS = 8
+# Remote stores: units uploaded at once, at most (each waits on the network, not a core)
+_MAX_REMOTE_WRITERS = 32
 _WRITE_BUFFER_BYTES = 64 << 20
+_REMOTE_WRITE_BUFFER_BYTES = 256 << 20
 # Reads of at most this many chunks (a 100^3 box of 64^3 chunks touches up to 27) and of
 # decoded chunk bytes are fetched whole before decoding (their stored bytes held at once).
 _FETCH_FIRST_CHUNKS = 64
@@ -302,10 +305,13 @@ class ChunkedArray:
 
     def _writers(self, n_units: int, n_chunks: int, threads: int) -> int:
         """Threads writing units: more than the CPUs, so that some encode while others
-        wait for their files to reach the disk (fsync), but with at most about
-        _WRITE_BUFFER_BYTES of units in flight."""
+        wait for their files to reach the disk (fsync) or their uploads to be answered
+        (remote stores: up to _MAX_REMOTE_WRITERS), but with at most about
+        _WRITE_BUFFER_BYTES (remote: _REMOTE_WRITE_BUFFER_BYTES) of units in flight."""
         unit_bytes = max(1, n_chunks // n_units) * math.prod(self.grid.chunk_shape)
         unit_bytes *= self.dtype.itemsize
+        if self.store.remote:
+            return max(threads, min(_MAX_REMOTE_WRITERS, _REMOTE_WRITE_BUFFER_BYTES // unit_bytes))
         return max(threads, min(_MAX_WRITERS, _WRITE_BUFFER_BYTES // unit_bytes))
 
     def _write_unit(

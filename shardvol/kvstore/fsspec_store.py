@@ -42,6 +42,7 @@ from shardvol.kvstore.base import (
 )
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
 from shardvol.kvstore.remote import Requests
+from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
 
@@ -77,8 +78,12 @@ class FsspecStore(KVStore):
                  io_concurrency: int | None = None, **storage_options) -> None:
         self.requests = Requests(RetryPolicy(retries, timeout), io_concurrency)
         if url_scheme(url) in S3_PROTOCOLS and "config_kwargs" not in storage_options:
-            # retried here, with this store's policy, not also by botocore
-            storage_options["config_kwargs"] = {"retries": {"total_max_attempts": 1}}
+            # retried here, with this store's policy, not also by botocore; and as many
+            # connections as requests may be in flight (botocore's default is 10)
+            storage_options["config_kwargs"] = {
+                "retries": {"total_max_attempts": 1},
+                "max_pool_connections": max(io_concurrency or 0, io_concurrency_limit()),
+            }
         try:
             self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         except ImportError as e:  # gcsfs, s3fs, ... not installed
