@@ -48,17 +48,26 @@ class Recording(KVStore):
 
 def rewrite_after_index_read(base: type[KVStore]) -> type[KVStore]:
     """A ``base`` store class whose ``hook`` (another writer replacing a shard) runs once,
-    right after the next versioned read returns: the read of a shard index."""
+    right after the next versioned read returns (or, streamed, yields its last value): the
+    read of a shard index."""
 
     class RewriteAfterIndexRead(base):  # type: ignore[valid-type,misc]
         hook = None
 
-        def get_many_versioned(self, requests):
-            out = super().get_many_versioned(requests)
+        def _after(self):
             hook, self.hook = self.hook, None
             if hook is not None:
                 hook()
+
+        def get_many_versioned(self, requests):
+            out = super().get_many_versioned(requests)
+            self._after()
             return out
+
+        def iter_get_many_versioned(self, requests, window=256 << 20, sizes=None):
+            out = list(super().iter_get_many_versioned(requests, window, sizes))
+            self._after()
+            yield from out
 
     return RewriteAfterIndexRead
 

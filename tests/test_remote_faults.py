@@ -284,3 +284,33 @@ def test_remote_writes_keep_many_uploads_in_flight(s3_proxy):
     s3_proxy.set(latency=0.0)
     assert np.array_equal(Volume(FsspecStore(bucket + "/root", skip_instance_cache=True))[...],
                           data)
+
+
+def test_a_remote_zarr_array_streams_whole_shards_and_ranges(tmp_path):
+    """A sharded Zarr array that zarr-python wrote, read over HTTP (also with faults): a full
+    read is one request per shard; a box wanting half the chunks of a cold shard reads it
+    whole; one wanting fewer reads its index, then the chunks."""
+    import zarr
+
+    data = np.random.default_rng(7).integers(0, 2**16, (64, 64, 32), dtype=np.uint16)
+    arr = zarr.create_array(str(tmp_path / "z"), shape=data.shape, dtype="uint16",
+                            shards=(32, 32, 32), chunks=(8, 8, 8), compressors=None)
+    arr[...] = data
+    with FaultServer(str(tmp_path)) as server:
+        import shardvol.zarr3 as z
+
+        store = FsspecStore(server.url + "/z", skip_instance_cache=True)
+        server.stats(reset=True)
+        assert np.array_equal(z.open(store)[...], data)
+        assert server.stats()["GET"] == 1 + 4  # zarr.json, 4 shards
+        server.stats(reset=True)
+        half = (slice(0, 32), slice(0, 32), slice(0, 16))  # 32 of the shard's 64 chunks
+        assert np.array_equal(z.open(store)[half], data[half])
+        assert server.stats()["GET"] == 1 + 1  # zarr.json, the shard
+        server.stats(reset=True)
+        box = (slice(1, 9), slice(40, 50), slice(3, 20))
+        assert np.array_equal(z.open(store)[box], data[box])
+        assert server.stats()["GET"] == 1 + 2  # zarr.json, the index, the chunks (coalesced)
+        server.set(error=0.05, reset=0.025, seed=2)
+        for _ in range(3):
+            assert np.array_equal(z.open(store)[...], data)

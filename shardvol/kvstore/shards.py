@@ -190,6 +190,18 @@ class RangeReader:
             except VersionChangedError as e:
                 raise Stale(e.key) from e
 
+    def iter_versioned(
+        self, requests: Sequence[Request], sizes: Sequence[int | None],
+        explain: Explain | None = None,
+    ) -> Iterator[tuple[int, bytes | memoryview | None, Hashable | None]]:
+        """``(i, value, version)`` of each request as it arrives (``store.
+        iter_get_many_versioned``; ``sizes``: the expected bytes of whole-value requests),
+        a range past a file's end a ShardFormatError."""
+        if not requests:
+            return
+        with self._range_errors(requests, explain):
+            yield from self.store.iter_get_many_versioned(requests, sizes=sizes)
+
     def get_versioned(
         self, requests: Sequence[Request], explain: Explain | None = None
     ) -> Sequence[tuple[bytes | memoryview | None, Hashable | None]]:

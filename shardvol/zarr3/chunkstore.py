@@ -15,14 +15,28 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 
-from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkStore, UnitContents
-from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError, OutOfBoundsError
-from shardvol.kvstore import KVStore, open_store
+from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
+from shardvol.errors import (
+    AlreadyExistsError,
+    InfoError,
+    InvalidArgumentError,
+    OutOfBoundsError,
+    ShardFormatError,
+)
+from shardvol.kvstore import KVStore, Request, open_store
 from shardvol.kvstore.lru import LRU
-from shardvol.kvstore.shards import DEFAULT_MAX_READ, RangeReader, Stale, Versioned, retrying
+from shardvol.kvstore.shards import (
+    ATTEMPTS,
+    DEFAULT_MAX_READ,
+    RangeReader,
+    Stale,
+    Versioned,
+    conflict,
+    retrying,
+)
 from shardvol.zarr3.codecs import CodecChain
 from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata
 from shardvol.zarr3.sharding import EMPTY, ShardIndex
@@ -32,6 +46,9 @@ DEFAULT_COALESCE_GAP = 1 << 16
 #: shard indexes kept per array (fewer when they are large: _INDEX_CACHE_BYTES in all)
 DEFAULT_INDEX_CACHE_SIZE = 512
 _INDEX_CACHE_BYTES = 64 << 20
+#: remote reads that want most of a shard whose chunks hold at most this many bytes
+#: (decoded) read it whole
+WHOLE_SHARD_BYTES = 256 << 20
 #: unit keys of this many shards or chunk files are remembered
 _UNIT_KEYS_CACHED = 4096
 
@@ -192,20 +209,50 @@ class ZarrChunkStore(ChunkStore[str]):
             cached.clear()
             return dict(self._read_sharded(groups, want_data, versions, cached))
 
-        def recover(error: Exception) -> bool:
-            """Drop the indexes of the shards that changed (or came from the cache:
-            e.g. an offset past the end of a shorter new file); whether there were any."""
-            if isinstance(error, Stale):
-                stale = [error.key]
-            else:
-                stale = [
-                    k for k, v in versions.items() if k in cached or not self.kv.still_at(k, v)
-                ]
-            for key in stale:
-                self.shard_index_cache.discard(key)
-            return bool(stale)
+        return retrying(read, lambda e: self._recover(e, versions, cached), self._what(groups))
 
-        return retrying(read, recover, f"{self.kv.url}: shards {', '.join(sorted(groups)[:4])}")
+    def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
+        """Sharded arrays: the chunks as their bytes arrive (remote stores send all the
+        requests at once), read again for those left when a shard is replaced meanwhile."""
+        if self.layout is None:
+            yield from super().iter_chunks(coords)
+            return
+        pending = self.units(coords)
+        done: set[ChunkCoord] = set()
+        for _ in range(ATTEMPTS):
+            versions: dict[str, Hashable | None] = {}
+            cached: set[str] = set()
+            try:
+                for coord, data in self._read_sharded(pending, True, versions, cached):
+                    done.add(coord)
+                    yield coord, data, self.describe(coord)
+                break
+            except (Stale, ShardFormatError) as e:
+                if not self._recover(e, versions, cached) and not isinstance(e, Stale):
+                    raise
+                pending = {k: rest for k, members in pending.items()
+                           if (rest := [c for c in members if c not in done])}
+        else:
+            raise conflict(self._what(pending))
+        for members in pending.values():
+            for c in members:
+                if c not in done:
+                    yield c, None, self.describe(c)
+
+    def _recover(self, error: Exception, versions: Mapping[str, Hashable | None],
+                 cached: set[str]) -> bool:
+        """After a failed read: drop the indexes of the shards that changed (or came from
+        the cache: e.g. an offset past the end of a shorter new file); whether any did."""
+        if isinstance(error, Stale):
+            stale = [error.key]
+        else:
+            stale = [k for k, v in versions.items() if k in cached or not self.kv.still_at(k, v)]
+        for key in stale:
+            self.shard_index_cache.discard(key)
+        return bool(stale)
+
+    def _what(self, groups: Mapping[str, object]) -> str:
+        return f"{self.kv.url}: shards {', '.join(sorted(groups)[:4])}"
 
     def _read_sharded(
         self,
@@ -222,25 +269,29 @@ class ZarrChunkStore(ChunkStore[str]):
         assert layout is not None
         keys = list(groups)
         wanted = {k: {c: self._linear(c) for c in groups[k]} for k in keys}
-        whole = {
-            k for k in keys if want_data and len(set(wanted[k].values())) == self._chunks_in_unit(k)
-        }
+        whole = {k for k in keys if want_data and self._read_whole(k, len(set(wanted[k].values())))}
         indexes: dict[str, ShardIndex] = {}
         for key in keys:
             entry = None if key in whole else self._cached_index(key, wanted[key], want_data)
             if entry is not None:
                 indexes[key], versions[key] = entry
                 cached.add(key)
+        # whole shards and the indexes of the others in one round of requests, the whole
+        # shards' chunks yielded as each arrives (remote stores stream them)
         fetch = [k for k in keys if k not in indexes]
-        requests = [k if k in whole else (k, layout.index_byte_range()) for k in fetch]
-        first: dict[str, Blob] = {}
-        for key, (data, version) in zip(
-            fetch, self._ranges.get_versioned(requests, explain=self._too_short)
-        ):
+        requests: list[Request] = [k if k in whole else (k, layout.index_byte_range())
+                                   for k in fetch]
+        sizes = [self._chunks_in_unit(k) * self.codec.spec.nbytes if k in whole else None
+                 for k in fetch]
+        for n, data, version in self._ranges.iter_versioned(requests, sizes, self._too_short):
+            key = fetch[n]
             if data is None:
                 continue
             if key in whole:
-                first[key] = data
+                parts = layout.split_shard(data, key)
+                for coord, i in wanted[key].items():
+                    if i in parts:
+                        yield coord, parts[i]
                 continue
             versions[key] = version
             indexes[key] = layout.decode_index(data, key)
@@ -248,11 +299,6 @@ class ZarrChunkStore(ChunkStore[str]):
                 self.shard_index_cache[key] = Versioned(indexes[key], version)
         spans: list[tuple[str, int, int]] = []
         span_coords: list[ChunkCoord] = []
-        for key, data in first.items():
-            parts = layout.split_shard(data, key)
-            for coord, i in wanted[key].items():
-                if i in parts:
-                    yield coord, parts[i]
         for key, index in indexes.items():
             if not want_data:
                 for coord, i in wanted[key].items():
@@ -285,6 +331,17 @@ class ZarrChunkStore(ChunkStore[str]):
         if now is not None:
             self.shard_index_cache.discard(key)
         return None
+
+    def _read_whole(self, key: str, n_wanted: int) -> bool:
+        """Whether to read shard ``key`` whole for ``n_wanted`` of its chunks: when all are
+        wanted; from a remote store, also when at least half are and its index is not
+        cached (one request instead of the index's and the chunks' round trips), if the
+        shard's chunks hold at most WHOLE_SHARD_BYTES decoded."""
+        n = self._chunks_in_unit(key)
+        if n_wanted == n:
+            return True
+        return (self.remote and 2 * n_wanted >= n and key not in self.shard_index_cache
+                and n * self.codec.spec.nbytes <= WHOLE_SHARD_BYTES)
 
     def _chunks_in_unit(self, key: str) -> int:
         outer = self.metadata.chunk_key_encoding.coords(key, self.metadata.ndim)
