@@ -20,6 +20,8 @@ sharded volume's first shard index.  ``--faults`` runs everything again with 5% 
 requests answered 503 and 2.5% of the connections dropped before any answer.
 ``--backends`` times the raw request path: a burst of 256 ranged GETs and 8 whole shards
 through shardvol's store and through obstore (Rust object_store), at the same latency.
+``--s3`` reads and writes the raw volumes through S3 (moto's server in its own process,
+behind the fault server's latency): shardvol and TensorStore.
 
 Run:  python benchmarks/bench_remote.py [--quick] [--repeat 2] [--latency 0.025]
       [--faults] [--backends] [--only NAME] [--no-cloudvolume]
@@ -204,6 +206,130 @@ def bench_backends(root: str, path: str, latency: float) -> None:
                 print(f"| {label} | {ta * 1000:,.0f} ms | {tb * 1000:,.0f} ms | {tb / ta:.2f}x |")
 
 
+class S3:
+    """moto's S3 server in its own process, behind a fault server with the latency."""
+
+    def __init__(self, data: str, latency: float) -> None:
+        import socket
+        import subprocess
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+                          AWS_DEFAULT_REGION="us-east-1")
+        self.moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                      "-p", str(port)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.upstream = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                import urllib.request
+
+                urllib.request.urlopen(self.upstream, timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        self.proxy = FaultServer(data, latency=latency, upstream=self.upstream)
+        import boto3
+
+        self.client = boto3.client("s3", endpoint_url=self.upstream)
+        self.client.create_bucket(Bucket="bench")
+
+    def upload(self, path: str) -> str:
+        """Copy a local dataset into the bucket (untimed); its name there."""
+        name = os.path.basename(path)
+        for d, _, files in os.walk(path):
+            for f in files:
+                local = os.path.join(d, f)
+                key = f"{name}/{os.path.relpath(local, path)}"
+                self.client.upload_file(local, "bench", key)
+        return name
+
+    def close(self) -> None:
+        self.proxy.close()
+        self.moto.kill()
+        self.moto.wait()
+
+
+def bench_s3(args: argparse.Namespace, sizes: bv.Sizes) -> None:
+    """Full reads, cutouts and full writes through S3 (moto behind the latency): shardvol and
+    TensorStore (CloudVolume needs its own endpoint configuration: not measured)."""
+    s3 = S3(args.data, args.latency)
+    try:
+        print("\nS3 (moto in its own process, behind the same latency)\n"
+              "| dataset | operation | shardvol | TensorStore | TensorStore / shardvol |\n"
+              "|---|---|---:|---:|---:|")
+        for ds in [d for d in bv.DATASETS if d.name in ("raw sharded", "raw")]:
+            source = bv.source_array(ds, sizes)
+            path = bv.ensure_dataset(args.data, ds, source)
+            data = bv.TensorStore().read(bv.TensorStore().open(path), None)
+            name = s3.upload(path)
+            opens = {
+                "shardvol": lambda n: Volume(FsspecStore(f"s3://bench/{n}",
+                                                         endpoint_url=s3.proxy.url,
+                                                         skip_instance_cache=True)),
+                "TensorStore": lambda n: ts.open({"driver": "neuroglancer_precomputed",
+                                                  "kvstore": _ts_s3(s3.proxy.url, n)},
+                                                 read=True).result(),
+            }
+            reads = {"shardvol": lambda h, b: h[...] if b is None else h[b],
+                     "TensorStore": lambda h, b: (h if b is None else h[b]).read(
+                         order="F").result()}
+            for op, boxes in (("full read", [None]),
+                              ("24 cutouts", bv.cutout_boxes(data.shape[:3], sizes.cutout))):
+                best = {}
+                for lib in opens:
+                    times = []
+                    for _ in range(args.repeat):
+                        h = opens[lib](name)
+                        t0 = time.perf_counter()
+                        got = [reads[lib](h, b) for b in boxes]
+                        times.append(time.perf_counter() - t0)
+                        for b, g in zip(boxes, got):
+                            want = data if b is None else data[b]
+                            assert np.array_equal(np.asarray(g).reshape(want.shape), want)
+                    best[lib] = min(times)
+                print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms | "
+                      f"{best['TensorStore'] * 1000:,.0f} ms | "
+                      f"{best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
+            best = {}
+            for lib in ("shardvol", "TensorStore"):
+                times = []
+                for k in range(args.repeat):
+                    out = f"w-{lib}-{k}-{name}"
+                    t0 = time.perf_counter()
+                    if lib == "shardvol":
+                        vol = Volume.create(
+                            FsspecStore(f"s3://bench/{out}", endpoint_url=s3.proxy.url,
+                                        skip_instance_cache=True),
+                            size=source.shape[:3], type=ds.source,
+                            data_type=source.dtype.name, chunk_size=bv.CHUNK,
+                            encoding=ds.encoding, sharding=ds.sharding)
+                        vol[...] = source
+                    else:
+                        spec = bv.ts_create_spec("", ds, source)
+                        spec["kvstore"] = _ts_s3(s3.proxy.url, out)
+                        store = ts.open(spec).result()
+                        with ts.Transaction() as txn:
+                            store.with_transaction(txn).write(source).result()
+                    times.append(time.perf_counter() - t0)
+                    check = Volume(FsspecStore(f"s3://bench/{out}", endpoint_url=s3.upstream,
+                                               skip_instance_cache=True))[...]
+                    assert np.array_equal(check, source), f"{lib} wrote wrong voxels"
+                best[lib] = min(times)
+            print(f"| {ds.name} | full write | {best['shardvol'] * 1000:,.0f} ms | "
+                  f"{best['TensorStore'] * 1000:,.0f} ms | "
+                  f"{best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
+    finally:
+        s3.close()
+
+
+def _ts_s3(endpoint: str, path: str) -> dict:
+    return {"driver": "s3", "bucket": "bench", "path": path + "/", "endpoint": endpoint,
+            "aws_region": "us-east-1"}
+
+
 def _timed(fn: Callable[[], Any]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -219,6 +345,7 @@ def main() -> None:
     ap.add_argument("--only", action="append", choices=REMOTE)
     ap.add_argument("--faults", action="store_true", help="also with 5%% 503s, 2.5%% resets")
     ap.add_argument("--backends", action="store_true", help="also the raw request path")
+    ap.add_argument("--s3", action="store_true", help="also reads and writes through S3")
     ap.add_argument("--no-cloudvolume", action="store_true")
     args = ap.parse_args()
     sizes = bv.QUICK if args.quick else bv.FULL
@@ -253,6 +380,8 @@ def main() -> None:
                     r = measure(libs, server, url_of, path, data, boxes, args.repeat,
                                 ds.sharding is not None, args.latency)
                     print(fmt_row(ds.name, op, r, libs), flush=True)
+    if args.s3:
+        bench_s3(args, sizes)
     if args.backends:
         ds = next(d for d in bv.DATASETS if d.name == "raw sharded")
         data = bv.source_array(ds, sizes)
