@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import shardvol
 from shardvol import Volume, _reference
 from shardvol.errors import AlreadyExistsError, InvalidArgumentError
-from shardvol.ops.downsample import Scale, parse_bytes, plan
+from shardvol.ops.downsample import Scale, plan
+from shardvol.sizes import parse_bytes
 
 from .oracles import cv_read, ts_open
 
@@ -121,7 +122,8 @@ def test_mips_match_tensorstore_downsample(tmp_path_factory, case, seed):
     if method == "auto":
         method = "mode" if case["seg"] else "mean"
     workers = shardvol._parallel.default_parallel()
-    stages = plan(vol, mips, case["factor"], method, parse_bytes(case["memory"]), workers, False)
+    limit = parse_bytes(case["memory"], "memory_limit")
+    stages = plan(vol, mips, case["factor"], method, limit, workers, False)
     check_pyramid(path, mips, case["factor"], method, stages)
 
 
@@ -225,7 +227,7 @@ def test_bad_arguments(tmp_path):
 def test_plan_owns_whole_units_and_respects_memory(tmp_path):
     vol = make_image(str(tmp_path), sharding=None)
     targets = shardvol.downsample(vol, (2, 2, 1), 2, progress=False, sharding=None)
-    stages = plan(vol, targets, (2, 2, 1), "mean", parse_bytes("16KB"), 2, False)
+    stages = plan(vol, targets, (2, 2, 1), "mean", parse_bytes("16KB", "memory_limit"), 2, False)
     assert len(stages) == 2 and all(t.slabs >= 1 for s in stages for t in s)
     for tasks in stages:
         for k, key in enumerate(tasks[0].targets):
@@ -248,7 +250,7 @@ def test_no_slab_pools_a_mip_from_its_whole_task(tmp_path):
     vol = Volume.create(str(tmp_path), size=(512, 512, 512), chunk_size=(64, 64, 64))
     targets = add_scales(vol, (2, 2, 2), 3, encoding=None, chunk_size=None, sharding=None,
                          overwrite=False)
-    stages = plan(vol, targets, (2, 2, 2), "mean", parse_bytes("100MB"), 2, False)
+    stages = plan(vol, targets, (2, 2, 2), "mean", parse_bytes("100MB", "memory_limit"), 2, False)
     scales = {v.scale.key: Scale.of(v) for v in (vol, *targets)}
     largest = 0
     for tasks in stages:
@@ -261,8 +263,8 @@ def test_no_slab_pools_a_mip_from_its_whole_task(tmp_path):
 
 
 def test_parse_bytes():
-    assert parse_bytes("2GB") == 2 * 10**9 and parse_bytes("512 MiB") == 512 * 2**20
-    assert parse_bytes(1234) == 1234 and parse_bytes("10kb") == 10_000
+    assert parse_bytes("2GB", "x") == 2 * 10**9 and parse_bytes("512 MiB", "x") == 512 * 2**20
+    assert parse_bytes(1234, "x") == 1234 and parse_bytes("10kb", "x") == 10_000
 
 
 def test_hashed_outputs_on_unlockable_stores_need_this_process(tmp_path):

@@ -12,7 +12,7 @@ see the buffer (and a unit replaced in the buffer hides what storage holds).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 
@@ -61,6 +61,12 @@ class BufferedChunkStore(ChunkStore[Unit]):
 
     def describe(self, coord: ChunkCoord) -> str:
         return self.inner.describe(coord)
+
+    def unit_version(self, unit: Unit) -> Hashable | None:
+        return self.inner.unit_version(unit)
+
+    def watch(self, changed: Callable[[Unit], None]) -> None:
+        self.inner.watch(changed)
 
     def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
         found: dict[ChunkCoord, Blob] = {}

@@ -15,7 +15,7 @@ and hands what it read back to :meth:`ChunkStore.update_unit`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
@@ -135,6 +135,15 @@ class ChunkStore(ABC, Generic[Unit]):
     def lock(self, unit: Unit) -> AbstractContextManager[object]:
         """Exclusive lock on ``unit`` (across processes where the storage allows); what
         ``with`` binds is no part of the contract."""
+
+    def unit_version(self, unit: Unit) -> Hashable | None:
+        """A token of the unit's current version if the store can tell it without a request
+        (a local file's identity), else None.  Cached chunks serve while it is unchanged."""
+        return None
+
+    def watch(self, changed: Callable[[Unit], None]) -> None:
+        """Have ``changed(unit)`` called whenever a read finds that another writer replaced
+        ``unit`` (stores whose reads check versions; others never call it)."""
 
     def describe(self, coord: ChunkCoord) -> str:
         """How error messages name a chunk (its file, or its shard and id)."""

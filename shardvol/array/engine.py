@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,6 +31,7 @@ import numpy as np
 
 from shardvol._ext import hugeblock
 from shardvol._parallel import WorkEstimate, default_parallel, run_parallel, submit
+from shardvol.array.cache import ChunkCache
 from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import (
@@ -93,6 +95,8 @@ class ChunkedArray:
     rather than being clipped at the domain's end (precomputed).
     ``skip_fill_chunks``: chunks equal to the fill value are deleted, not stored.
     ``box_reader``: reads what it can of each batch before the generic fetch and decode.
+    ``cache``: decoded chunks kept for later reads (see :mod:`shardvol.array.cache`); the
+    store tells it which units changed under it, and writes drop the chunks they touch.
     """
 
     grid: ChunkGrid
@@ -106,9 +110,23 @@ class ChunkedArray:
     fill_missing: bool = True
     parallel: int = 0
     box_reader: BoxReader | None = None
+    cache: ChunkCache | None = None
     _read_work: WorkEstimate = field(
         default_factory=WorkEstimate, init=False, repr=False, compare=False
     )
+
+    def __post_init__(self) -> None:
+        if self.cache is not None:
+            self.store.watch(self._unit_changed)
+
+    def _unit_changed(self, unit: Any) -> None:
+        """The store found ``unit`` changed by another writer: its cached chunks go."""
+        if self.cache is not None:
+            members = self.store.unit_chunks(unit)
+            if members is None:
+                self.cache.clear()
+            else:
+                self.cache.drop(members)
 
     def _threads(self) -> int:
         return self.parallel or default_parallel()
@@ -148,35 +166,72 @@ class ChunkedArray:
         chunks are fetched first and then decoded in parallel (see _fetch_then_decode),
         unless the chunks are copied straight from their files (``box_reader``).
         """
+        versions = None
+        if self.cache is not None:
+            parts, versions = self._from_cache(parts, out)
+            if not parts:
+                return
         by_coord = {p.coord: p for p in parts}
         if self.store.remote:
-            self._stream_decode(by_coord, out)
+            self._stream_decode(by_coord, out, versions)
             return
         threads = self._read_work.threads(len(by_coord), self._threads())
         chunk_bytes = math.prod(self.grid.chunk_shape) * self.dtype.itemsize
         n = len(by_coord)
         if (
             threads > 1
-            and self.box_reader is None  # direct reads release the GIL: batches in parallel
+            and (self.box_reader is None or versions is not None)  # (box reads: in batches)
             and n <= _FETCH_FIRST_CHUNKS
             and n * chunk_bytes <= _FETCH_FIRST_BYTES
         ):
-            self._fetch_then_decode(by_coord, out, threads)
+            self._fetch_then_decode(by_coord, out, threads, versions)
             return
 
         def fetch_and_decode(batch: list[ChunkCoord]) -> None:
             start = time.perf_counter()
             rest = batch
-            if self.box_reader is not None:
+            if self.box_reader is not None and versions is None:  # (the cache wants chunks)
                 parts = [by_coord[c] for c in batch]
                 rest = [p.coord for p in self.box_reader.read_into(parts, out)]
             for coord, blob, name in self.store.iter_chunks(rest):
-                self._decode_part(by_coord[coord], blob, name, out)
+                self._decode_part(by_coord[coord], blob, name, out, versions)
             self._read_work.record(time.perf_counter() - start, len(batch))
 
         run_parallel(fetch_and_decode, self._batches(list(by_coord), threads), threads)
 
-    def _stream_decode(self, by_coord: dict[ChunkCoord, ChunkPart], out: np.ndarray) -> None:
+    def _from_cache(
+        self, parts: list[ChunkPart], out: np.ndarray
+    ) -> tuple[list[ChunkPart], dict[ChunkCoord, Hashable | None]]:
+        """Copy the parts whose chunks are cached (at their unit's current version, where the
+        store tells it cheaply) into ``out``; the others, and the version of each one's unit
+        to cache it with."""
+        cache = self.cache
+        assert cache is not None
+        left: list[ChunkPart] = []
+        versions: dict[ChunkCoord, Hashable | None] = {}
+        for unit, coords in self.store.units([p.coord for p in parts]).items():
+            version = self.store.unit_version(unit)
+            for c in coords:
+                versions[c] = version
+        for p in parts:
+            entry = cache.get(p.coord)
+            if entry is None or entry.version != versions[p.coord]:
+                left.append(p)
+                continue
+            box: tuple[slice | EllipsisType, ...] = (*p.out_sel, ...)
+            view = out[box]
+            if entry.chunk is None:
+                if not self.fill_missing:
+                    raise MissingChunkError(f"{self.store.describe(p.coord)} is missing")
+                view[...] = self.fill_value
+            else:
+                view[...] = entry.chunk[p.chunk_sel]
+        return left, versions
+
+    def _stream_decode(
+        self, by_coord: dict[ChunkCoord, ChunkPart], out: np.ndarray,
+        versions: dict[ChunkCoord, Hashable | None] | None = None,
+    ) -> None:
         """Remote stores: every chunk of the read requested at once (the store keeps many
         requests in flight, apart from the decode threads), each decoded on a thread as
         its bytes arrive, at most ``parallel`` at a time."""
@@ -187,7 +242,7 @@ class ChunkedArray:
             coord, blob, name = item
             if blob is not None:
                 blob = self.store.decode_stored(blob, name)
-            self._decode_part(by_coord[coord], blob, name, out)
+            self._decode_part(by_coord[coord], blob, name, out, versions)
 
         stored = self.store.iter_stored(list(by_coord))
         try:
@@ -205,7 +260,8 @@ class ChunkedArray:
                 close()  # (a generator: its requests still in flight are cancelled)
 
     def _fetch_then_decode(
-        self, by_coord: dict[ChunkCoord, ChunkPart], out: np.ndarray, threads: int
+        self, by_coord: dict[ChunkCoord, ChunkPart], out: np.ndarray, threads: int,
+        versions: dict[ChunkCoord, Hashable | None] | None = None,
     ) -> None:
         """Read every chunk in this thread (one batched request per storage unit), then
         decode them on ``threads`` threads, a chunk at a time.
@@ -223,7 +279,7 @@ class ChunkedArray:
             coord, blob, name = item
             if blob is not None:
                 blob = self.store.decode_stored(blob, name)
-            self._decode_part(by_coord[coord], blob, name, out)
+            self._decode_part(by_coord[coord], blob, name, out, versions)
             spent.append(time.perf_counter() - t)
 
         run_parallel(decode, stored, threads)
@@ -260,10 +316,21 @@ class ChunkedArray:
         return batches
 
     def _decode_part(
-        self, p: ChunkPart, blob: bytes | memoryview | None, context: str, out: np.ndarray
+        self, p: ChunkPart, blob: bytes | memoryview | None, context: str, out: np.ndarray,
+        versions: dict[ChunkCoord, Hashable | None] | None = None,
     ) -> None:
+        """Decode ``p``'s box of its chunk into ``out``; with ``versions`` (a cached read),
+        decode the whole chunk and keep it in the cache with its unit's version."""
         box: tuple[slice | EllipsisType, ...] = (*p.out_sel, ...)  # (in [...]: Python 3.11)
         view = out[box]  # a view also of a 0-d array (out[()] is a copy)
+        if versions is not None and self.cache is not None:
+            if blob is not None:
+                chunk = self.codec.decode(blob, self.encoded_shape(p.coord), self.dtype,
+                                          context=context)
+                self.cache.put(p.coord, chunk, versions[p.coord])
+                view[...] = chunk[p.chunk_sel]
+                return
+            self.cache.put(p.coord, None, versions[p.coord])
         if blob is None:
             if not self.fill_missing:
                 raise MissingChunkError(f"{context} is missing")
@@ -279,6 +346,14 @@ class ChunkedArray:
         else:
             chunk = self.codec.decode(blob, shape, self.dtype, context=context)
             view[...] = chunk[p.chunk_sel]
+
+    def delete_chunks(self, coords: list[ChunkCoord]) -> None:
+        """Remove chunks (they then read as the fill value), and their cached copies."""
+        try:
+            self.store.delete_chunks(coords)
+        finally:
+            if self.cache is not None:
+                self.cache.drop(coords)
 
     # ----------------------------------------------------------------- writing
     def write(self, sel: tuple[AxisSelection, ...], value: Any, bounded: bool = True) -> None:
@@ -341,7 +416,11 @@ class ChunkedArray:
             run_parallel(encode_merged, partial, threads)
             put = {c: b for c, b in blobs.items() if b is not None}
             delete = [c for c, b in blobs.items() if b is None]
-            self.store.update_unit(unit, put, delete, replace=replace, current=current)
+            try:
+                self.store.update_unit(unit, put, delete, replace=replace, current=current)
+            finally:  # (what a failed update left is not known either)
+                if self.cache is not None:
+                    self.cache.drop(all_chunks if replace and all_chunks else blobs)
 
         # Replacing a unit takes its lock too: a read-modify-write of the unit running
         # meanwhile would otherwise store its merge over the replacement, losing it.

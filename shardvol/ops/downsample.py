@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
@@ -44,23 +43,11 @@ from shardvol.ops.pooling import METHODS, downsample_pyramid
 from shardvol.ops.tasks import check_reachable, run_tasks
 from shardvol.precomputed.volume import Volume
 from shardvol.sharding import ShardingSpec, shard_shape
+from shardvol.sizes import parse_bytes
 
 Box = tuple[tuple[int, int, int], tuple[int, int, int]]  # (lo, hi), hi exclusive
 
 _SOURCE_OVERHEAD = 2.5  # source array + decode temporaries + pyramid outputs, per source byte
-
-
-def parse_bytes(value: int | str) -> int:
-    """``"2GB"``, ``"512 MiB"``, ``"800k"`` or an int -> bytes."""
-    if isinstance(value, int) and value > 0:
-        return value
-    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?)(I?)B?\s*", str(value), re.IGNORECASE)
-    if not m or float(m.group(1)) <= 0:
-        raise InvalidArgumentError(
-            f"memory_limit must be a positive size like '2GB', got {value!r}"
-        )
-    power = " KMGT".index(m.group(2).upper() or " ")
-    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
 
 
 @dataclass(frozen=True)
@@ -437,7 +424,7 @@ def downsample(
     if not isinstance(vol, Volume):
         vol = Volume(vol)
     f, method = _validate(vol, factor, num_mips, method)
-    limit = parse_bytes(memory_limit)
+    limit = parse_bytes(memory_limit, "memory_limit")
     check_reachable([vol.store], executor)
     _check_shared_shards(vol, f, num_mips, chunk_size, sharding, executor)
     targets = add_scales(

@@ -7,7 +7,7 @@ chunks put are gzipped, at ``level``, with gzip data encoding).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 
@@ -60,6 +60,12 @@ class ShardedChunkStore(ChunkStore[int]):
     def codes(self, coords: Sequence[ChunkCoord]) -> np.ndarray:
         xyz = np.array([c[:3] for c in coords], dtype=np.uint64).reshape(-1, 3)
         return compressed_morton_code(xyz, self.grid_size)
+
+    def unit_version(self, unit: int) -> Hashable | None:
+        return self.kv.version(self.spec.shard_filename(unit)) if self.kv.local else None
+
+    def watch(self, changed: Callable[[int], None]) -> None:
+        self.reader.on_replaced(lambda filename: changed(int(filename[: -len(".shard")], 16)))
 
     def describe(self, coord: ChunkCoord) -> str:
         return self._names([coord])[0]

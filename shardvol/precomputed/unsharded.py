@@ -7,7 +7,7 @@ chunk wide, so the generic engine can treat a scale as an (x, y, z, c) array.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
 from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
@@ -39,6 +39,9 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
     @property
     def remote(self) -> bool:
         return not self.kv.local
+
+    def unit_version(self, unit: ChunkCoord) -> Hashable | None:
+        return self.kv.version(chunk_key(self.grid, unit)) if self.kv.local else None
 
     def describe(self, coord: ChunkCoord) -> str:
         return self._name(chunk_key(self.grid, coord))

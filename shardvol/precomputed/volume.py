@@ -16,6 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from shardvol.array.cache import (
+    DEFAULT_REMOTE_CACHE_BYTES,
+    ChunkCache,
+    cache_budget,
+    forget_shared,
+    shared_cache,
+)
 from shardvol.array.chunkstore import ChunkCoord, ChunkStore
 from shardvol.array.engine import ChunkedArray
 from shardvol.array.grid import ChunkGrid
@@ -53,7 +60,10 @@ class Volume:
     """One scale (mip) of a precomputed volume, sliceable like a 4-D numpy array.
 
     ``compress_level``: gzip level (0-12, default 6) of the chunks this object writes to
-    shards with gzip data encoding; readers need not know it.
+    shards with gzip data encoding; readers need not know it.  ``cache_bytes``: decoded
+    chunks kept for later reads, shared by the handles of this scale in the process (a
+    number or a size like "1GB"; 0: none; default 256 MB for remote stores, none for local
+    files; see :mod:`shardvol.array.cache`).
     """
 
     def __init__(
@@ -67,6 +77,7 @@ class Volume:
         parallel: int | None = None,
         jpeg_quality: int | None = None,
         compress_level: int | None = None,
+        cache_bytes: int | str | None = None,
     ) -> None:
         if parallel is not None and (
             isinstance(parallel, bool) or not isinstance(parallel, numbers.Integral) or parallel < 1
@@ -74,12 +85,23 @@ class Volume:
             raise InvalidArgumentError(f"parallel must be a positive integer, got {parallel!r}")
         self._kv = open_store(url)
         level = DEFAULT_LEVEL if compress_level is None else check_level(compress_level)
+        cache = cache_budget(cache_bytes, 0 if self._kv.local else DEFAULT_REMOTE_CACHE_BYTES)
         self._options: dict[str, Any] = {
             "fill_value": fill_value, "fill_missing": fill_missing, "bounded": bounded,
             "parallel": parallel, "jpeg_quality": jpeg_quality, "compress_level": level,
+            "cache_bytes": cache,
         }
         self._meta = read_info(self._kv)
         self._select(mip)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a Volume is: its store, options, info and scale (the engine, its caches and
+        their listeners are built again where it is unpickled)."""
+        return {"kv": self._kv, "options": self._options, "meta": self._meta, "mip": self._mip}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._kv, self._options, self._meta = state["kv"], state["options"], state["meta"]
+        self._select(state["mip"])
 
     def _select(self, mip: int | str | Sequence[float]) -> None:
         meta = self._meta
@@ -123,6 +145,8 @@ class Volume:
             fill_missing=self._options["fill_missing"],
             parallel=int(self._options["parallel"] or 0),
             box_reader=RawFileReader.for_scale(kv, grid, codec) if self._spec is None else None,
+            cache=(shared_cache((self._kv.url, scale.key), self._options["cache_bytes"])
+                   if self._options["cache_bytes"] else None),
         )
 
     # ---------------------------------------------------------------- metadata
@@ -220,6 +244,11 @@ class Volume:
         return self._options["compress_level"]
 
     @property
+    def cache(self) -> ChunkCache | None:
+        """The decoded chunks kept for later reads (None when ``cache_bytes`` is 0)."""
+        return self._array.cache
+
+    @property
     def chunk_store(self) -> ChunkStore[int] | ChunkStore[ChunkCoord]:
         """The chunk store of this scale (sharded or one file per chunk)."""
         return self._array.store
@@ -278,7 +307,7 @@ class Volume:
                 f"chunk grid (chunk size {self.chunk_size}, from {self.voxel_offset}), or write "
                 "the fill value to clear part of a chunk"
             )
-        self._array.store.delete_chunks([p.coord for p in parts])
+        self._array.delete_chunks([p.coord for p in parts])
 
     # -------------------------------------------------------------- scales
     def mip(self, mip: int | str | Sequence[float]) -> Volume:
@@ -336,6 +365,7 @@ class Volume:
                 )
             if existing is not None and overwrite:
                 _delete_prefix(self._kv, scale.key)
+                forget_shared((self._kv.url, scale.key))
             meta = meta.with_scale(scale)
             VolumeInfo.from_dict(meta.to_dict())  # validate the combination
             self._kv.set(INFO_KEY, meta.to_json().encode())
@@ -421,6 +451,7 @@ class Volume:
                     old_keys = []
                 for k in {*old_keys, scale.key}:
                     _delete_prefix(kv, k)
+                    forget_shared((kv.url, k))
             kv.set(INFO_KEY, meta.to_json().encode())
         return cls(kv, 0, **options)
 

@@ -13,7 +13,7 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 from __future__ import annotations
 
 import numbers
-from collections.abc import Generator, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -155,6 +155,7 @@ class ShardReader:
         # size)})}; used while the shard's cached index has that version (see _remembered)
         self._where: dict[str, tuple[Hashable, str, dict[int, tuple[int, int]]]] = {}
         self._where_count = 0
+        self._listeners: list[Callable[[str], None]] = []
         if coalesce_gap is None:
             coalesce_gap = LOCAL_COALESCE_GAP if self.store.local else REMOTE_COALESCE_GAP
         self.coalesce_gap = int(coalesce_gap)
@@ -179,6 +180,21 @@ class ShardReader:
             self.shard_index_cache.discard(filename)
             self.minishard_index_cache.discard_if(lambda k: k[0] == filename)
             self._where.pop(filename, None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_listeners"] = []  # (the handles that listen live in this process)
+        return state
+
+    def on_replaced(self, listener: Callable[[str], None]) -> None:
+        """Have ``listener(filename)`` called when a read finds that shard file replaced
+        since its cached index was read (by another writer)."""
+        self._listeners.append(listener)
+
+    def _replaced(self, filename: str) -> None:
+        self.invalidate(filename)
+        for listener in self._listeners:
+            listener(filename)
 
     def get_data(self, key: int) -> bytes | None:
         """The value of ``key``, or None if absent."""
@@ -301,7 +317,7 @@ class ShardReader:
             if (isinstance(error, Stale) and error.key == data_key) or (
                 not self.store.still_at(data_key, entry.version)
             ):
-                self.invalidate(fn)
+                self._replaced(fn)
                 changed = True
         return changed
 
@@ -371,7 +387,7 @@ class ShardReader:
                 out[i] = entry
             else:
                 if entry is not None:
-                    self.invalidate(fn)
+                    self._replaced(fn)
                 missing.append(i)
         if missing:
             names = [filenames[i] for i in missing]

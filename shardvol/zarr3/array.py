@@ -16,6 +16,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from shardvol.array.cache import (
+    DEFAULT_REMOTE_CACHE_BYTES,
+    cache_budget,
+    forget_shared,
+    shared_cache,
+)
 from shardvol.array.engine import ChunkedArray
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import AxisSelection, normalize_selection
@@ -38,6 +44,7 @@ class ZarrArray:
         mode: str = "r+",
         order: Literal["C", "F"] = "C",
         parallel: int | None = None,
+        cache_bytes: int | str | None = None,
     ) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(
@@ -48,7 +55,9 @@ class ZarrArray:
             raise InvalidArgumentError(f"order must be 'C' or 'F', got {order!r}")
         self._store = store
         self._mode = mode
+        self._options = {"order": order, "parallel": parallel, "cache_bytes": cache_bytes}
         meta = store.metadata
+        budget = cache_budget(cache_bytes, DEFAULT_REMOTE_CACHE_BYTES if store.remote else 0)
         self._array = ChunkedArray(
             grid=ChunkGrid((0,) * meta.ndim, meta.shape, store.chunk_shape),
             dtype=meta.dtype,
@@ -59,7 +68,16 @@ class ZarrArray:
             padded_chunks=True,
             skip_fill_chunks=True,
             parallel=parallel or 0,
+            cache=shared_cache(_cache_key(store.kv), budget) if budget else None,
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What an array is (its engine, caches and their listeners are built again where
+        it is unpickled)."""
+        return {"store": self._store, "mode": self._mode, "options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["store"], mode=state["mode"], **state["options"])  # type: ignore[misc]  # unpickling
 
     # ---------------------------------------------------------------- metadata
     @property
@@ -185,14 +203,18 @@ def open(
     *,
     order: Literal["C", "F"] = "C",
     parallel: int | None = None,
+    cache_bytes: int | str | None = None,
 ) -> ZarrArray:
     """Open the Zarr v3 array whose ``zarr.json`` is at ``url_or_store``.
 
     ``mode``: "r" (read only) or "r+" (read and write).  ``order``: memory
     layout of the arrays reads return.  ``parallel``: decode/encode threads
-    (default: one per core).  InfoError if there is no array there.
+    (default: one per core).  ``cache_bytes``: decoded chunks kept for later reads, as
+    for :class:`~shardvol.Volume` (default 256 MB remote, none local).  InfoError if
+    there is no array there.
     """
-    return ZarrArray(ZarrChunkStore.open(url_or_store), mode=mode, order=order, parallel=parallel)
+    return ZarrArray(ZarrChunkStore.open(url_or_store), mode=mode, order=order,
+                     parallel=parallel, cache_bytes=cache_bytes)
 
 
 def create(
@@ -243,8 +265,13 @@ def create(
     with kv.lock(ZARR_JSON):
         if overwrite:
             delete_chunks(kv)
+            forget_shared(_cache_key(kv))
         store = ZarrChunkStore.create(kv, meta, overwrite=overwrite)
     return ZarrArray(store, mode="r+", order=order, parallel=parallel)
+
+
+def _cache_key(kv: KVStore) -> tuple[str, str]:
+    return (kv.url, ZARR_JSON)
 
 
 def delete_chunks(kv: KVStore) -> None:

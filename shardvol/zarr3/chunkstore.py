@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
 from shardvol.errors import (
@@ -75,6 +76,7 @@ class ZarrChunkStore(ChunkStore[str]):
         self.grid_shape = tuple(-(-s // c) for s, c in zip(metadata.shape, self.chunk_shape))
         self._per_shard = self.layout.chunks_per_shard if self.layout else (1,) * metadata.ndim
         self._unit_keys: dict[tuple[int, ...], str] = {}  # outer grid coords -> unit key
+        self._listeners: list[Callable[[str], None]] = []
         #: shard key -> _CachedIndex; only indexes whose shard's version the store reported
         self.shard_index_cache: LRU[str] = LRU(
             min(shard_index_cache_size, max(1, _INDEX_CACHE_BYTES // self.layout.index_nbytes))
@@ -248,8 +250,25 @@ class ZarrChunkStore(ChunkStore[str]):
         else:
             stale = [k for k, v in versions.items() if k in cached or not self.kv.still_at(k, v)]
         for key in stale:
-            self.shard_index_cache.discard(key)
+            self._replaced(key)
         return bool(stale)
+
+    def _replaced(self, key: str) -> None:
+        """A read found shard ``key`` replaced by another writer."""
+        self.shard_index_cache.discard(key)
+        for listener in self._listeners:
+            listener(key)
+
+    def watch(self, changed: Callable[[str], None]) -> None:
+        self._listeners.append(changed)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_listeners"] = []  # (the handles that listen live in this process)
+        return state
+
+    def unit_version(self, unit: str) -> Hashable | None:
+        return self.kv.version(unit) if self.kv.local else None
 
     def _what(self, groups: Mapping[str, object]) -> str:
         return f"{self.kv.url}: shards {', '.join(sorted(groups)[:4])}"
@@ -329,7 +348,7 @@ class ZarrChunkStore(ChunkStore[str]):
         if now == entry.version:  # (never None: such indexes are not cached)
             return entry
         if now is not None:
-            self.shard_index_cache.discard(key)
+            self._replaced(key)
         return None
 
     def _read_whole(self, key: str, n_wanted: int) -> bool:

@@ -1,0 +1,118 @@
+"""The decoded-chunk cache (shardvol.array.cache): reads served from it equal the stored
+data (TensorStore's read of the same files), writes through any handle of the process drop
+what they touch, and another writer's changes are seen as documented: locally by each
+read (the unit's version), remotely once a read of the store finds the unit replaced."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardvol import Volume
+from shardvol.errors import InvalidArgumentError
+from shardvol.kvstore.fsspec_store import FsspecStore
+
+from .fault_server import FaultServer
+from .oracles import ts_create, ts_open, ts_read
+
+SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 1,
+        "minishard_bits": 2, "shard_bits": 3, "minishard_index_encoding": "gzip",
+        "data_encoding": "gzip"}
+
+
+def _volume(path, sharding=SPEC, seed=0):
+    """TensorStore writes random data (creating the volume if there is none)."""
+    data = np.random.default_rng(seed).integers(0, 255, (64, 64, 64, 1), dtype=np.uint8)
+    if (path / "info").exists():
+        t = ts_open(str(path))
+    else:
+        t = ts_create(str(path), data_type="uint8", num_channels=1, size=[64, 64, 64],
+                      chunk_size=[16, 16, 16], encoding="raw", sharding=sharding)
+    t[...] = data
+    return data
+
+
+@pytest.mark.parametrize("sharding", [SPEC, None])
+def test_xy_planes_through_one_chunk_row_fetch_each_chunk_once(tmp_path, sharding):
+    data = _volume(tmp_path / "v", sharding)
+    with FaultServer(str(tmp_path)) as server:
+        vol = Volume(FsspecStore(server.url + "/v", skip_instance_cache=True))
+        assert vol.cache is not None and vol.cache.nbytes == 256 << 20  # remote: on
+        server.stats(reset=True)
+        for z in range(16):
+            assert np.array_equal(vol[:, :, z], data[:, :, z])
+        first = server.stats(reset=True)
+        for z in range(16):
+            assert np.array_equal(vol[:, :, z], data[:, :, z])
+        assert server.stats()["requests"] == 0
+        if sharding is None:
+            assert first["GET"] == 16  # the 16 chunk files of the row, once each
+        uncached = Volume(FsspecStore(server.url + "/v", skip_instance_cache=True),
+                          cache_bytes=0)
+        server.stats(reset=True)
+        for z in range(16):
+            assert np.array_equal(uncached[:, :, z], data[:, :, z])
+        assert server.stats()["requests"] > first["requests"]
+
+
+def test_writes_through_any_handle_drop_what_they_touch(tmp_path):
+    _volume(tmp_path / "v")
+    a = Volume(str(tmp_path / "v"), cache_bytes="64MB")
+    b = Volume(str(tmp_path / "v"), cache_bytes="64MB")
+    assert a.cache is b.cache  # one scale of one volume: one cache in the process
+    model = ts_read(str(tmp_path / "v"))
+    assert np.array_equal(a[...], model)
+    assert len(a.cache) == 64
+    b[5:40, 7:9, 30:33] = 7
+    model[5:40, 7:9, 30:33] = 7
+    assert np.array_equal(a[...], model)
+    b.delete((slice(0, 16), slice(0, 16), slice(0, 16)))
+    model[:16, :16, :16] = 0
+    assert np.array_equal(a[...], model)
+    assert np.array_equal(ts_read(str(tmp_path / "v")), model)
+
+
+def test_local_reads_check_the_unit_version(tmp_path):
+    """Another writer (here TensorStore) replaces shards: each read checks their files."""
+    _volume(tmp_path / "v")
+    vol = Volume(str(tmp_path / "v"), cache_bytes="64MB")
+    vol[...]
+    new = _volume(tmp_path / "v", seed=1)
+    assert np.array_equal(vol[...], new)
+
+
+def test_remote_cached_chunks_serve_until_a_read_sees_their_shard_replaced(tmp_path):
+    """Remote stores tell a shard's version only with a read: a cached chunk serves until a
+    read of its shard (of chunks not cached) finds the shard replaced; then the shard's
+    cached chunks go."""
+    old = _volume(tmp_path / "v")
+    with FaultServer(str(tmp_path)) as server:
+        vol = Volume(FsspecStore(server.url + "/v", skip_instance_cache=True))
+        box = (slice(0, 16), slice(0, 16), slice(0, 16))  # one chunk of shard 0
+        other = (slice(16, 32), slice(16, 32), slice(16, 32))  # another chunk of shard 0
+        assert np.array_equal(vol[box], old[box])
+        new = _volume(tmp_path / "v", seed=1)
+        assert np.array_equal(vol[box], old[box])  # cached: the documented staleness
+        assert np.array_equal(vol[other], new[other])  # a read of the shard sees it change
+        assert np.array_equal(vol[box], new[box])
+
+
+def test_cache_bytes_must_be_a_size_the_machine_has(tmp_path):
+    _volume(tmp_path / "v")
+    for bad in (-1, "lots", "1.5 zettabytes", 1 << 62):
+        with pytest.raises(InvalidArgumentError, match="cache_bytes"):
+            Volume(str(tmp_path / "v"), cache_bytes=bad)
+    assert Volume(str(tmp_path / "v")).cache is None  # local: off
+    assert Volume(str(tmp_path / "v"), cache_bytes="1MB").cache.nbytes == 10**6
+
+
+def test_a_pickled_remote_volume_gets_the_process_cache_back(tmp_path):
+    import pickle
+
+    data = _volume(tmp_path / "v")
+    with FaultServer(str(tmp_path)) as server:
+        vol = Volume(FsspecStore(server.url + "/v", skip_instance_cache=True))
+        assert np.array_equal(vol[:16], data[:16])
+        again = pickle.loads(pickle.dumps(vol))
+        assert again.cache is vol.cache
+        assert np.array_equal(again[...], data)
