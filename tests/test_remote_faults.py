@@ -314,3 +314,116 @@ def test_a_remote_zarr_array_streams_whole_shards_and_ranges(tmp_path):
         server.set(error=0.05, reset=0.025, seed=2)
         for _ in range(3):
             assert np.array_equal(z.open(store, cache_bytes=0)[...], data)
+
+
+def test_a_stalled_request_is_retried_not_waited_out(files):
+    server, _ = files
+    store = _store(server, stall=0.5, timeout=20)
+    server.set(plan=["hang"])
+    server.stats(reset=True)
+    start = time.monotonic()
+    assert store.get("f") == VALUE
+    assert time.monotonic() - start < 5 and server.stats()["GET"] == 2
+
+
+def _take_lock_and_write(url: str, endpoint: str, value: bytes) -> None:
+    b = FsspecStore(url, skip_instance_cache=True, lease_ttl=2, endpoint_url=endpoint)
+    with b.lock("k"):
+        b.set("k", value)
+
+
+def test_a_write_retried_past_its_lease_never_lands(s3_proxy, s3):
+    """Writer A's PUT under its lock is refused for longer than its lease can last; another
+    process takes the stale lease over, writes and releases; then the store answers A
+    again. A's retries stop once its lease may have run out (LockLostError), so B's value
+    stays (A's retried PUT used to land on top of it)."""
+    import multiprocessing
+    import threading
+
+    from shardvol.errors import LockLostError
+
+    bucket = new_bucket()
+    a = _s3(s3_proxy, bucket, lease_ttl=2, retries=100, timeout=30)
+    errors = []
+
+    def writer_a():
+        try:
+            with a.lock("k"):
+                s3_proxy.set(error=1.0)
+                a.set("k", b"A")
+        except LockLostError as e:
+            errors.append(e)
+
+    ta = threading.Thread(target=writer_a)
+    ta.start()
+    time.sleep(0.5)
+    ctx = multiprocessing.get_context("spawn")
+    b = ctx.Process(target=_take_lock_and_write, args=(bucket + "/root", s3, b"B"))
+    b.start()
+    b.join(60)
+    assert b.exitcode == 0
+    s3_proxy.set(error=0.0)
+    ta.join(60)
+    assert errors, "A's write was not refused"
+    assert FsspecStore(bucket + "/root", skip_instance_cache=True).get("k") == b"B"
+
+
+def test_what_is_retried_and_what_fails_at_once():
+    import socket
+
+    import aiohttp
+    from aiohttp.client_reqrep import ConnectionKey
+
+    from shardvol.kvstore.retry import transient
+
+    key = ConnectionKey("example.org", 443, True, None, None, None, None)
+    info = aiohttp.RequestInfo(url=aiohttp.client.URL("http://x/"), method="GET", headers={},
+                               real_url=aiohttp.client.URL("http://x/"))
+    for status, expected in ((503, True), (429, True), (408, True), (404, False), (412, False),
+                             (403, False)):
+        assert transient(aiohttp.ClientResponseError(info, (), status=status)) is expected
+    assert transient(aiohttp.ServerTimeoutError("sock_read"))
+    assert transient(aiohttp.ServerDisconnectedError())
+    assert transient(ConnectionResetError())
+    again = socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    assert transient(aiohttp.ClientConnectorDNSError(key, again))
+    noname = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert not transient(aiohttp.ClientConnectorDNSError(key, noname))
+    import ssl
+
+    cert = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    assert not transient(aiohttp.ClientConnectorCertificateError(key, cert))
+
+
+def test_the_deadline_does_not_count_time_queued_for_the_budget(files):
+    """24 requests through 2 slots, each answered after 0.3 s, with a 2 s deadline: every
+    request is answered in time once it is sent, so none fails."""
+    server, _ = files
+    store = _store(server, io_concurrency=2, timeout=2)
+    server.set(latency=0.3)
+    reqs = [("f", (i, i + 10)) for i in range(24)]
+    assert store.get_many(reqs) == [VALUE[i : i + 10] for i in range(24)]
+
+
+def test_stopping_a_streamed_read_cancels_what_it_started(files):
+    import asyncio
+
+    server, _ = files
+    store = _store(server)
+    server.set(latency=0.2)
+    reqs = [("f", (i * 1000, i * 1000 + 1000)) for i in range(40)]
+    stream = store.iter_get_many_if(reqs, {}, window=20_000)
+    next(stream)
+    stream.close()
+    time.sleep(0.3)
+    loop = store.fs.loop
+    left = asyncio.run_coroutine_threadsafe(_count_tasks(), loop).result()
+    assert left == 0
+
+
+async def _count_tasks() -> int:
+    import asyncio
+
+    me = asyncio.current_task()
+    return sum(1 for t in asyncio.all_tasks() if t is not me and not t.done()
+               and "finish" in repr(t))

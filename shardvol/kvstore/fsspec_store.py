@@ -20,7 +20,6 @@ from functools import partial
 from typing import Any, TypeVar, cast
 
 import fsspec
-from fsspec.asyn import sync
 
 from shardvol.errors import (
     ByteRangeError,
@@ -41,7 +40,7 @@ from shardvol.kvstore.base import (
     url_scheme,
 )
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
-from shardvol.kvstore.remote import Requests
+from shardvol.kvstore.remote import Requests, run_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
@@ -67,22 +66,25 @@ class FsspecStore(KVStore):
 
     Every request is retried on transient failures (408, 429, 5xx, dropped or refused
     connections, timeouts, bodies cut short): at most ``retries`` more times, all within
-    ``timeout`` seconds (see :mod:`shardvol.kvstore.retry`).  ``io_concurrency``: this
+    ``timeout`` seconds; an attempt whose connection brings nothing for ``stall`` seconds
+    is retried (HTTP(S), S3; see :mod:`shardvol.kvstore.retry`).  ``io_concurrency``: this
     store's requests in flight at most, within the process's budget (see
     :mod:`shardvol.kvstore.remote`).
     """
 
     def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
                  check_versions: bool = False, versioned_reads: bool = True,
-                 retries: int = 10, timeout: float | None = 120.0,
+                 retries: int = 10, timeout: float | None = 120.0, stall: float = 30.0,
                  io_concurrency: int | None = None, **storage_options) -> None:
-        self.requests = Requests(RetryPolicy(retries, timeout), io_concurrency)
+        policy = RetryPolicy(retries, timeout, stall=stall)
+        self.requests = Requests(policy, io_concurrency)
         if url_scheme(url) in S3_PROTOCOLS and "config_kwargs" not in storage_options:
             # retried here, with this store's policy, not also by botocore; and as many
             # connections as requests may be in flight (botocore's default is 10)
             storage_options["config_kwargs"] = {
                 "retries": {"total_max_attempts": 1},
                 "max_pool_connections": max(io_concurrency or 0, io_concurrency_limit()),
+                "read_timeout": policy.stall, "connect_timeout": policy.stall,
             }
         try:
             self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
@@ -102,11 +104,13 @@ class FsspecStore(KVStore):
             from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 
             self.fs.retries = 1  # (s3fs's own retry loop of its calls)
-            s3 = S3ConditionalObjects(self.fs, self.requests)
+            # lease requests outside the process's budget: a renewal must not wait behind
+            # bulk reads (its holder would lose the lease)
+            s3 = S3ConditionalObjects(self.fs, Requests(policy, process_budget=False))
             self._objects = s3
             self._reads = s3 if versioned_reads else None
         # http(s) reads all go through our GETs, which read the status and Content-Range
-        self._http = HttpVersionedReads(self.fs) if self.read_only else None
+        self._http = HttpVersionedReads(self.fs, policy.stall) if self.read_only else None
         if self._http is not None and versioned_reads:
             self._reads = self._http
         self.locks_across_processes = self._objects is not None
@@ -118,8 +122,7 @@ class FsspecStore(KVStore):
         """One request, retried: ``coro()`` on the I/O loop for asynchronous filesystems,
         else ``call()`` in this thread."""
         if self._async:
-            result: T = sync(self.fs.loop, self.requests.one, coro, what)
-            return result
+            return run_on(self.fs.loop, self.requests.one(coro, what))
         return retry_sync(call, self.requests.policy, what)
 
     def _path(self, key: str) -> str:
@@ -233,7 +236,7 @@ class FsspecStore(KVStore):
             return []
         if self._async:
             ops = [self._fetch_one(k, r, versions.get(k)) for k, r in reqs]
-            return list(sync(self.fs.loop, _gather, ops))
+            return run_on(self.fs.loop, _gather(ops))
         out: list[tuple[Any, Hashable | None]] = []
         for k, r in reqs:
             path = self._path(k)
@@ -295,12 +298,31 @@ class FsspecStore(KVStore):
         if lease is not None:
             lease.check()
 
+    def _leased(self, key: str, op: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """``op`` as an attempt of a write under ``key``'s lease, if this store holds one:
+        every attempt first checks the lease (LockLostError, never retried, once it may
+        have run out), and is cut off when the lease could run out while it is under way."""
+
+        async def attempt() -> T:
+            lease = self._leases.get(key)
+            if lease is None:
+                return await op()
+            lease.check()
+            try:
+                return await asyncio.wait_for(op(), lease.valid_for())
+            except asyncio.TimeoutError:
+                lease.check()  # (raises once the lease may have run out)
+                raise
+
+        return attempt
+
     def set(self, key: str, value: bytes) -> None:
         self._require_writable(key)
         self._check_lease(key)
         path, data = self._path(key), bytes(value)
         try:
-            self._run(f"PUT {self.url}/{key}", lambda: self.fs._pipe_file(path, data),
+            self._run(f"PUT {self.url}/{key}",
+                      self._leased(key, lambda: self.fs._pipe_file(path, data)),
                       lambda: self.fs.pipe_file(path, data))
         except StoreError:
             raise
@@ -312,7 +334,8 @@ class FsspecStore(KVStore):
         self._check_lease(key)
         path = self._path(key)
         try:
-            self._run(f"DELETE {self.url}/{key}", lambda: self.fs._rm_file(path),
+            self._run(f"DELETE {self.url}/{key}",
+                      self._leased(key, lambda: self.fs._rm_file(path)),
                       lambda: self.fs.rm_file(path))
         except FileNotFoundError:
             pass
@@ -411,19 +434,24 @@ def _stream(loop: asyncio.AbstractEventLoop, ops: list[Callable[[], Awaitable[T]
 
     async def run() -> None:
         freed.append(asyncio.Event())
-        tasks = []
-        for i, (op, size) in enumerate(zip(ops, sizes)):
-            need = min(size or 0, window)
-            while room[0] < need:
-                freed[0].clear()
-                await freed[0].wait()
-            room[0] -= need
+        tasks: list[asyncio.Future[None]] = []
+        try:
+            for i, (op, size) in enumerate(zip(ops, sizes)):
+                need = min(size or 0, window)
+                while room[0] < need:
+                    freed[0].clear()
+                    await freed[0].wait()
+                room[0] -= need
 
-            async def finish(i: int = i, op: Callable[[], Awaitable[T]] = op) -> None:
-                done.put((i, await op()))
+                async def finish(i: int = i, op: Callable[[], Awaitable[T]] = op) -> None:
+                    done.put((i, await op()))
 
-            tasks.append(asyncio.ensure_future(finish()))
-        await asyncio.gather(*tasks)
+                tasks.append(asyncio.ensure_future(finish()))
+            await asyncio.gather(*tasks)
+        except BaseException:  # cancelled (the caller stopped), or an op failed for good
+            for task in tasks:
+                task.cancel()
+            raise
 
     def give_back(n: int) -> None:
         room[0] += n
@@ -433,7 +461,14 @@ def _stream(loop: asyncio.AbstractEventLoop, ops: list[Callable[[], Awaitable[T]
     future = asyncio.run_coroutine_threadsafe(run(), loop)
     try:
         for _ in ops:
-            i, result = done.get()
+            while True:
+                try:
+                    i, result = done.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if future.done():  # ended without a result for every op
+                        future.result()  # (raises what ended it)
+                        raise StoreError("streamed read ended before all its values came") from None
             yield i, result
             if sizes[i]:
                 loop.call_soon_threadsafe(give_back, min(sizes[i] or 0, window))

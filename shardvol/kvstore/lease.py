@@ -92,6 +92,12 @@ class Lease:
                 return
             self._version, self._renewed = version, sent
 
+    def valid_for(self) -> float:
+        """Seconds from now until the lease may no longer be ours (0 if it may not be)."""
+        if self._lost is not None:
+            return 0.0
+        return max(0.0, self.ttl / 2 - (time.monotonic() - self._renewed))
+
     def check(self) -> None:
         """Raise LockLostError unless the lease is certainly still ours."""
         age = time.monotonic() - self._renewed

@@ -7,6 +7,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from shardvol.errors import VersionChangedError
 from shardvol.kvstore.base import (
+    DEFAULT_WINDOW,
     ByteRange,
     KVStore,
     Request,
@@ -58,6 +59,23 @@ class PrefixStore(KVStore):
                 self._requests(requests), {self._k(k): v for k, v in versions.items()})
         except VersionChangedError as e:
             raise VersionChangedError(str(e), e.key[len(self.prefix) + 1 :]) from None
+
+    def iter_get_many_if(
+        self, requests: Iterable[Request], versions: Mapping[str, Hashable | None],
+        window: int = DEFAULT_WINDOW, sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, bytes | memoryview | None]]:
+        try:
+            yield from self.base.iter_get_many_if(
+                self._requests(requests), {self._k(k): v for k, v in versions.items()},
+                window, sizes)
+        except VersionChangedError as e:
+            raise VersionChangedError(str(e), e.key[len(self.prefix) + 1 :]) from None
+
+    def iter_get_many_versioned(
+        self, requests: Iterable[Request], window: int = DEFAULT_WINDOW,
+        sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, bytes | memoryview | None, Hashable | None]]:
+        yield from self.base.iter_get_many_versioned(self._requests(requests), window, sizes)
 
     def _requests(self, requests: Iterable[Request]) -> list[tuple[str, ByteRange | None]]:
         return [(self._k(k), r) for k, r in map(normalize_request, requests)]

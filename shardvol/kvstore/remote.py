@@ -12,9 +12,10 @@ holds a core.  Each request is retried on transient failures (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from shardvol.errors import InvalidArgumentError
@@ -76,20 +77,34 @@ def _reset_in_child() -> None:
 os.register_at_fork(after_in_child=_reset_in_child)
 
 
+def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the I/O loop and wait for it; if the wait is interrupted (Ctrl-C),
+    the coroutine is cancelled, with the requests it has under way."""
+    future = asyncio.run_coroutine_threadsafe(coro, loop)
+    try:
+        return future.result()
+    except BaseException:
+        future.cancel()
+        raise
+
+
 class Requests:
     """How one store runs its requests: its own limit of requests in flight (None: only
     the process's) and its retry policy."""
 
-    def __init__(self, policy: RetryPolicy, limit: int | None = None) -> None:
+    def __init__(self, policy: RetryPolicy, limit: int | None = None,
+                 process_budget: bool = True) -> None:
+        """``process_budget``: the requests also count against the process's budget."""
         self.policy = policy
         self.limit = None if limit is None else _positive(limit, "io_concurrency")
+        self.process_budget = process_budget
         self._semaphores: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"policy": self.policy, "limit": self.limit}
+        return {"policy": self.policy, "limit": self.limit, "process": self.process_budget}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["policy"], state["limit"])  # type: ignore[misc]  # unpickling
+        self.__init__(state["policy"], state["limit"], state["process"])  # type: ignore[misc]  # unpickling
 
     def _own(self) -> asyncio.Semaphore | None:
         if self.limit is None:
@@ -101,18 +116,18 @@ class Requests:
         return entry[1]
 
     async def one(self, op: Callable[[], Awaitable[T]], what: str) -> T:
-        """``await op()`` within the budgets, retried (each attempt takes a slot anew, so
+        """``await op()`` within the budgets, retried (each attempt takes its slots anew, so
         that waiting out a backoff holds none)."""
+        return await retry_async(op, self.policy, what, self._slots)
 
-        async def attempt() -> T:
-            own = self._own()
-            async with _budget():
-                if own is None:
-                    return await op()
-                async with own:
-                    return await op()
-
-        return await retry_async(attempt, self.policy, what)
+    @contextlib.asynccontextmanager
+    async def _slots(self) -> AsyncIterator[None]:
+        """A slot of this store's limit, then one of the process's budget (so that a
+        store waiting on its own limit holds none of the process's)."""
+        own = self._own()
+        process = _budget() if self.process_budget else contextlib.nullcontext()
+        async with own if own is not None else contextlib.nullcontext(), process:
+            yield
 
     async def each(
         self, ops: Sequence[Callable[[], Awaitable[T]]], whats: Sequence[str]

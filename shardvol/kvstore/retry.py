@@ -14,11 +14,14 @@ longer when the server says so with ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import socket
+import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -36,6 +39,12 @@ _TRANSIENT_NAMES = frozenset({
     "ConnectTimeoutError", "IncompleteReadError", "ResponseStreamingError", "IncompleteRead",
     "RemoteDisconnected", "ProtocolError",
 })
+# ... except these: a host name that does not resolve, TLS that fails (certificates, a
+# fingerprint) fail at once
+_NEVER_NAMES = frozenset({
+    "ClientConnectorDNSError", "ClientConnectorCertificateError", "ClientSSLError",
+    "ClientConnectorSSLError", "ServerFingerprintMismatch", "SSLError",
+})
 # S3 error codes of transient refusals (their statuses are in TRANSIENT_STATUS too)
 _TRANSIENT_CODES = frozenset({
     "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
@@ -47,12 +56,15 @@ _TRANSIENT_CODES = frozenset({
 class RetryPolicy:
     """How a remote operation is retried: at most ``retries`` times more than once, all
     attempts within ``timeout`` seconds (None: no deadline), waiting
-    ``uniform(0, min(cap, base * 2**n))`` seconds before retry ``n + 1``."""
+    ``uniform(0, min(cap, base * 2**n))`` seconds before retry ``n + 1``.  An attempt
+    whose connection brings no byte for ``stall`` seconds has stalled: it is retried
+    (where the client lets shardvol set it: HTTP(S) and S3)."""
 
     retries: int = 10
     timeout: float | None = 120.0
     base: float = 0.05
     cap: float = 5.0
+    stall: float = 30.0
 
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
@@ -86,16 +98,17 @@ def status_of(exc: BaseException | None) -> int | None:
 
 def transient(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure worth retrying (see the module doc).  A host name that
-    does not resolve is not: it fails at once rather than after the whole deadline."""
+    does not resolve (unless the resolver said to try again), and TLS that fails, are
+    not: they fail at once rather than after the whole deadline."""
     if status_of(exc) in TRANSIENT_STATUS:
         return True
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, socket.gaierror) or type(seen).__name__ == "ClientConnectorDNSError":
+    for seen in _chain(exc):
+        if isinstance(seen, socket.gaierror):  # (EAI_AGAIN: the resolver is busy, try again)
+            return seen.errno == socket.EAI_AGAIN
+    for seen in _chain(exc):
+        if isinstance(seen, ssl.SSLError) or type(seen).__name__ in _NEVER_NAMES:
             return False
-        seen = seen.__cause__ or seen.__context__
-    seen = exc
-    while seen is not None:
+    for seen in _chain(exc):
         if isinstance(seen, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
             return True
         if any(c.__name__ in _TRANSIENT_NAMES for c in type(seen).__mro__):
@@ -104,8 +117,18 @@ def transient(exc: BaseException) -> bool:
         if isinstance(response, dict) and response.get("Error", {}).get("Code") in (
                 _TRANSIENT_CODES):
             return True
-        seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, the exceptions it chains, and the OS errors aiohttp's keep (``os_error``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        yield seen
+        inner = getattr(seen, "os_error", None)
+        if isinstance(inner, BaseException) and inner is not seen:
+            yield inner
+        seen = seen.__cause__ or seen.__context__
 
 
 def retry_after(exc: BaseException) -> float | None:
@@ -146,30 +169,45 @@ def describe(exc: BaseException) -> str:
     return f"HTTP {status}: {text}" if status is not None and str(status) not in text else text
 
 
-async def retry_async(op: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:
-    """``await op()``, again after transient failures (see the module doc); each attempt is
-    cut off at the deadline."""
-    start = time.monotonic()
-    deadline = None if policy.timeout is None else start + policy.timeout
+async def retry_async(
+    op: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str,
+    gate: Callable[[], AbstractAsyncContextManager[object]] | None = None,
+) -> T:
+    """``await op()``, again after transient failures (see the module doc).  Each attempt
+    runs inside ``gate()`` (slots of a request budget); the deadline starts once the first
+    attempt is through its gate (time queued for a slot is not the server's), and cuts off
+    any attempt still running at it."""
+    start: float | None = None
+    deadline: float | None = None
     last = ""
     attempt = 0
     while True:
-        remaining = None if deadline is None else deadline - time.monotonic()
-        try:
-            if remaining is not None and remaining <= 0:
-                raise asyncio.TimeoutError
-            return await asyncio.wait_for(op(), remaining)
-        except asyncio.TimeoutError:
-            if deadline is not None and time.monotonic() >= deadline - 1e-3:
-                raise _gave_up(what, attempt + 1, start, "no answer before the deadline "
-                               f"({policy.timeout:g} s)", last) from None
-            last, after = "timed out", None
-        except Exception as e:
-            if not transient(e):
+        async with gate() if gate is not None else contextlib.nullcontext():
+            now = time.monotonic()
+            if start is None:
+                start = now
+                deadline = None if policy.timeout is None else now + policy.timeout
+            remaining = None if deadline is None else deadline - now
+            try:
+                if remaining is not None and remaining <= 0:
+                    raise _gave_up(what, attempt, start, f"no answer before the deadline "
+                                   f"({policy.timeout:g} s)", last)
+                return await asyncio.wait_for(op(), remaining)
+            except asyncio.TimeoutError as e:
+                if deadline is not None and time.monotonic() >= deadline - 1e-3:
+                    raise _gave_up(what, attempt + 1, start, "no answer before the deadline "
+                                   f"({policy.timeout:g} s)", last) from None
+                last, after = describe(e) if str(e) else "timed out", None  # the client's own
+                if attempt >= policy.retries:
+                    raise _gave_up(what, attempt + 1, start, last) from e
+            except StoreError:
                 raise
-            last, after = describe(e), retry_after(e)
-            if attempt >= policy.retries:
-                raise _gave_up(what, attempt + 1, start, last) from e
+            except Exception as e:
+                if not transient(e):
+                    raise
+                last, after = describe(e), retry_after(e)
+                if attempt >= policy.retries:
+                    raise _gave_up(what, attempt + 1, start, last) from e
         wait = policy.wait(attempt, after)
         if deadline is not None and time.monotonic() + wait >= deadline:
             raise _gave_up(what, attempt + 1, start, last,

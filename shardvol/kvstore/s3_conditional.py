@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsspec.asyn import sync
-
 from shardvol.errors import ByteRangeError, StoreError
-from shardvol.kvstore.remote import Requests
+from shardvol.kvstore.remote import Requests, run_on
 from shardvol.kvstore.versioned_reads import range_header
 
 # The condition failed (412), or a concurrent conditional write won (409).
@@ -28,6 +26,7 @@ class _Outcome:
     def __init__(self) -> None:
         self.out: dict | None = None
         self.code: str | None = None
+        self.attempts = 0
 
 
 class S3ConditionalObjects:
@@ -54,6 +53,7 @@ class S3ConditionalObjects:
         outcome = _Outcome()
 
         async def attempt() -> dict:
+            outcome.attempts += 1
             client = await self.fs.set_session()
             out: dict = await getattr(client, method)(Bucket=bucket, Key=key, **kwargs)
             if read_body:
@@ -61,7 +61,7 @@ class S3ConditionalObjects:
             return out
 
         try:
-            outcome.out = sync(self.fs.loop, self.runner.one, attempt, f"S3 {method} {path}")
+            outcome.out = run_on(self.fs.loop, self.runner.one(attempt, f"S3 {method} {path}"))
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code")
             if code not in _CONFLICT | _MISSING:
@@ -98,8 +98,12 @@ class S3ConditionalObjects:
         return outcome.out["ETag"], outcome.out["Body"]
 
     def delete(self, path: str, version: str) -> bool:
+        """A delete that finds the object gone, or at another version after an attempt whose
+        outcome was not known (it may have deleted it, and a waiter created it anew), is
+        taken as done."""
         outcome = self._call("delete_object", path, IfMatch=version)
-        return outcome.out is not None or outcome.code in _MISSING
+        return (outcome.out is not None or outcome.code in _MISSING
+                or (outcome.attempts > 1 and outcome.code in _CONFLICT))
 
     async def read_one(self, path: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> tuple[Any, str | None]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
+import aiohttp
+
 from shardvol.errors import ByteRangeError, StoreError
 
 
@@ -48,14 +50,17 @@ class VersionedReads(Protocol):
 class HttpVersionedReads:
     """Ranged GETs on an ``fsspec`` HTTP filesystem that return each response's ETag."""
 
-    def __init__(self, fs: Any) -> None:
+    def __init__(self, fs: Any, stall: float | None = None) -> None:
+        """``stall``: seconds without a byte from the server before an attempt fails."""
         self.fs = fs
+        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=stall, sock_read=stall)
 
     async def read_one(self, url: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> ReadResult:
         """See VersionedReads; only strong ETags count as versions."""
         session = await self.fs.set_session()
         kwargs = dict(self.fs.kwargs)
+        kwargs.setdefault("timeout", self.timeout)
         headers = dict(kwargs.pop("headers", None) or {})
         if etag is not None:
             headers["If-Match"] = etag

@@ -29,12 +29,16 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
     """One file per chunk, named by its voxel bounds; ``<name>.gz`` (CloudVolume) is read too."""
 
     def __init__(
-        self, store: KVStore, grid: ChunkGrid, max_chunk_bytes: int | None = None
+        self, store: KVStore, grid: ChunkGrid, max_chunk_bytes: int | None = None,
+        chunk_nbytes: int | None = None,
     ) -> None:
-        """``max_chunk_bytes``: a ``.gz`` chunk file inflating to more is corrupt."""
+        """``max_chunk_bytes``: a ``.gz`` chunk file inflating to more is corrupt.
+        ``chunk_nbytes``: a decoded chunk's bytes (the expected size of a chunk file, for
+        the window of a streamed remote read)."""
         self.kv = store
         self.grid = grid
         self.max_chunk_bytes = max_chunk_bytes
+        self.chunk_nbytes = chunk_nbytes
 
     @property
     def remote(self) -> bool:
@@ -67,7 +71,8 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
         if not self.kv.local:
             keys = [chunk_key(self.grid, c) for c in coords]
             missing = []
-            for i, blob in self.kv.iter_get_many_if(keys, {}):
+            sizes = [self.chunk_nbytes] * len(keys)
+            for i, blob in self.kv.iter_get_many_if(keys, {}, sizes=sizes):
                 if blob is None:
                     missing.append(i)
                 else:

@@ -122,7 +122,9 @@ class Volume:
         max_chunk = 4 * math.prod(grid.chunk_shape) * meta.dtype.itemsize + (1 << 20)
         store: ChunkStore[int] | ChunkStore[ChunkCoord]
         if self._spec is None:
-            store = UnshardedChunkStore(kv, grid, max_chunk)
+            store = UnshardedChunkStore(
+                kv, grid, max_chunk, chunk_nbytes=math.prod(grid.chunk_shape) * meta.dtype.itemsize
+            )
         else:
             store = ShardedChunkStore(
                 kv, grid, self._spec, self._options["compress_level"], max_chunk,
