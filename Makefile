@@ -31,7 +31,7 @@ $(VENV)/.installed-lint: $(VENV)/.installed-test
 
 # ruff (rules in pyproject.toml) over the code, tests and benchmarks; mypy over shardvol/
 lint: $(VENV)/.installed-lint
-	$(BIN)/ruff check shardvol tests benchmarks
+	$(BIN)/ruff check --no-cache shardvol tests benchmarks
 	$(BIN)/mypy
 
 $(VENV)/.installed-bench: $(VENV)/.installed-test

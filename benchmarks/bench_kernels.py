@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from _timing import best_of  # benchmarks/ is on sys.path when a script runs
+
 from shardvol._ext.hashing import murmurhash3_x86_128_u64
 from shardvol._ext.morton import compressed_morton_code
 

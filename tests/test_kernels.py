@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shardvol._ext.hashing import murmurhash3_x86_128_u64
-from shardvol._ext.morton import compressed_morton_code, decode_morton_code, morton_bits
 
 from shardvol import _reference
+from shardvol._ext.hashing import murmurhash3_x86_128_u64
+from shardvol._ext.morton import compressed_morton_code, decode_morton_code, morton_bits
 from shardvol.errors import InvalidArgumentError, MortonOverflowError
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shardvol._ext.morton import compressed_morton_code
 
 from shardvol import Volume
 from shardvol import _reference as reference
+from shardvol._ext.morton import compressed_morton_code
 from shardvol.array.grid import ChunkGrid
 from shardvol.kvstore import MemoryStore
 from shardvol.precomputed import sharded as sharded_store
