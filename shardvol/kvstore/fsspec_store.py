@@ -40,7 +40,7 @@ from shardvol.kvstore.base import (
     url_scheme,
 )
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
-from shardvol.kvstore.remote import Requests, run_on
+from shardvol.kvstore.remote import Requests, exiting, run_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
@@ -466,6 +466,8 @@ def _stream(loop: asyncio.AbstractEventLoop, ops: list[Callable[[], Awaitable[T]
                     i, result = done.get(timeout=1.0)
                     break
                 except queue.Empty:
+                    if exiting():
+                        raise StoreError("the interpreter is exiting: read cancelled") from None
                     if future.done():  # ended without a result for every op
                         future.result()  # (raises what ended it)
                         raise StoreError("streamed read ended before all its values came") from None

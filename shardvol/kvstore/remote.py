@@ -12,13 +12,14 @@ holds a core.  Each request is retried on transient failures (see
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from shardvol.errors import InvalidArgumentError
+from shardvol.errors import InvalidArgumentError, StoreError
 from shardvol.kvstore.retry import RetryPolicy, retry_async
 
 T = TypeVar("T")
@@ -77,12 +78,34 @@ def _reset_in_child() -> None:
 os.register_at_fork(after_in_child=_reset_in_child)
 
 
+_exiting = threading.Event()
+
+
+def _at_exit() -> None:
+    _exiting.set()
+
+
+def exiting() -> bool:
+    """Whether the interpreter is exiting (waits on requests give up)."""
+    return _exiting.is_set()
+
+
+# (runs before concurrent.futures joins the threads of its pools: see array.futures)
+threading._register_atexit(_at_exit)  # type: ignore[attr-defined]  # (no public hook)
+
+
 def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the I/O loop and wait for it; if the wait is interrupted (Ctrl-C),
-    the coroutine is cancelled, with the requests it has under way."""
+    or the interpreter is exiting (a background read must not hold its exit for a
+    deadline), the coroutine is cancelled, with the requests it has under way."""
     future = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
-        return future.result()
+        while True:
+            try:
+                return future.result(timeout=0.25)
+            except concurrent.futures.TimeoutError:
+                if exiting():
+                    raise StoreError("the interpreter is exiting: request cancelled") from None
     except BaseException:
         future.cancel()
         raise

@@ -25,6 +25,7 @@ from shardvol.array.cache import (
 )
 from shardvol.array.chunkstore import ChunkCoord, ChunkStore
 from shardvol.array.engine import ChunkedArray
+from shardvol.array.futures import AsyncMethods
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import AxisSelection, ChunkPart, chunk_parts, normalize_selection
 from shardvol.array.values import cast_scalar
@@ -56,7 +57,7 @@ def _scale_store(kv: KVStore, scale: ScaleInfo) -> KVStore:
     return PrefixStore(kv, key)
 
 
-class Volume:
+class Volume(AsyncMethods):
     """One scale (mip) of a precomputed volume, sliceable like a 4-D numpy array.
 
     ``compress_level``: gzip level (0-12, default 6) of the chunks this object writes to

@@ -18,11 +18,13 @@ import numpy as np
 
 from shardvol.array.cache import (
     DEFAULT_REMOTE_CACHE_BYTES,
+    ChunkCache,
     cache_budget,
     forget_shared,
     shared_cache,
 )
 from shardvol.array.engine import ChunkedArray
+from shardvol.array.futures import AsyncMethods
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import AxisSelection, normalize_selection
 from shardvol.errors import InvalidArgumentError, ReadOnlyStoreError, ShardvolError
@@ -34,7 +36,7 @@ from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata, ChunkKeyEncoding, 
 MODES = ("r", "r+")
 
 
-class ZarrArray:
+class ZarrArray(AsyncMethods):
     """One Zarr v3 array, sliceable like a numpy array of :attr:`shape` and :attr:`dtype`."""
 
     def __init__(
@@ -93,6 +95,11 @@ class ZarrArray:
     def store(self) -> KVStore:
         """The key-value store holding the array (its ``zarr.json``, chunks and shards)."""
         return self._store.kv
+
+    @property
+    def cache(self) -> ChunkCache | None:
+        """The decoded chunks kept for later reads (None when ``cache_bytes`` is 0)."""
+        return self._array.cache
 
     @property
     def chunk_store(self) -> ZarrChunkStore:

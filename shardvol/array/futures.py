@@ -1,0 +1,160 @@
+"""Reads and writes that return futures, so that a caller can keep many under way at once.
+
+Each read runs on a thread of one process-wide pool (``ASYNC_THREADS``): while it waits
+on its store, its requests are in flight within the store's budget, so a hundred
+outstanding reads are a hundred reads' requests on the network, not a hundred threads.
+Writes of one array run in the order of the calls (each starts once the previous one is
+done, whether it succeeded or not); the units they write are replaced atomically, as
+by a blocking write.  A future that has not started can be cancelled; at interpreter exit
+the futures not started are cancelled, so that shutting down never waits on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from shardvol.array.cache import ChunkCache
+from shardvol.errors import InvalidArgumentError
+
+T = TypeVar("T")
+
+#: Reads and writes running at once, at most, in this process.
+ASYNC_THREADS = 16
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(ASYNC_THREADS, thread_name_prefix="shardvol-async")
+        return _pool
+
+
+def _cancel_pending() -> None:
+    """At exit: futures not started are cancelled (those running finish)."""
+    with _pool_lock:
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _reset_in_child() -> None:
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+# run before concurrent.futures joins its threads at exit (its hook was registered first,
+# and these hooks run last registered first)
+threading._register_atexit(_cancel_pending)  # type: ignore[attr-defined]  # (no public hook)
+os.register_at_fork(after_in_child=_reset_in_child)
+
+
+def submit(fn: Callable[[], T]) -> Future[T]:
+    """Run ``fn()`` on the pool."""
+    return _executor().submit(fn)
+
+
+class WriteQueue:
+    """Writes of one array, run one after another in the order they were submitted; each
+    is handed to the pool only when the previous one is done (no thread waits)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
+        self._running = False
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # (pending writes belong to this process)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]  # unpickling: empty
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            self._queue.append((future, fn))
+            if not self._running:
+                self._start_next()
+        return future
+
+    def _start_next(self) -> None:
+        """Hand the next write not cancelled to the pool (the lock is held)."""
+        while self._queue:
+            future, fn = self._queue.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            self._running = True
+            try:
+                task = _executor().submit(fn)
+            except RuntimeError as e:  # the pool is shut down: the interpreter is exiting
+                future.set_exception(e)
+                continue
+            task.add_done_callback(partial(self._finished, future))
+            return
+        self._running = False
+
+    def _finished(self, future: Future[Any], task: Future[Any]) -> None:
+        try:
+            future.set_result(task.result())
+        except BaseException as e:  # (CancelledError too: the pool was shut down)
+            future.set_exception(e)
+        with self._lock:
+            self._start_next()
+
+
+class _Array(Protocol):
+    @property
+    def cache(self) -> ChunkCache | None: ...
+
+    def __getitem__(self, key: Any) -> np.ndarray: ...
+
+    def __setitem__(self, key: Any, value: Any) -> None: ...
+
+
+class AsyncMethods:
+    """``read_async``, ``aread``, ``write_async`` and ``prefetch`` for an array that reads
+    with ``self[key]``, writes with ``self[key] = value`` and may have a ``cache``."""
+
+    def read_async(self: _Array, key: Any = ...) -> Future[np.ndarray]:
+        """``self[key]`` in the background: a Future of the array (or of the shardvol error
+        the read raises)."""
+        return submit(lambda: self[key])
+
+    async def aread(self: _Array, key: Any = ...) -> np.ndarray:
+        """``self[key]`` for asyncio code: ``await vol.aread(region)`` (the read runs as
+        :meth:`read_async` does, off the event loop)."""
+        return await asyncio.wrap_future(AsyncMethods.read_async(self, key))
+
+    def write_async(self: _Array, key: Any, value: Any) -> Future[None]:
+        """``self[key] = value`` in the background, after the writes this handle was given
+        before (``value`` is copied now: the caller may change it at once)."""
+        copied = np.array(value, copy=True)
+        queue = self.__dict__.get("_write_queue")
+        if queue is None:
+            queue = self.__dict__.setdefault("_write_queue", WriteQueue())
+        return queue.submit(lambda: self.__setitem__(key, copied))
+
+    def prefetch(self: _Array, key: Any = ...) -> Future[None]:
+        """Read ``key``'s chunks into the cache in the background, so that a read of it
+        later finds them there (InvalidArgumentError when there is no cache)."""
+        if self.cache is None:
+            raise InvalidArgumentError(
+                "prefetch fills the chunk cache, and this handle has none: open it with "
+                "cache_bytes (a size, such as '512MB')"
+            )
+
+        def warm() -> None:
+            self[key]
+
+        return submit(warm)
