@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from shardvol import Volume
+from shardvol.array.cache import ChunkCache
 from shardvol.errors import InvalidArgumentError, OutOfBoundsError
 from shardvol.kvstore.fsspec_store import FsspecStore
 
@@ -56,6 +57,43 @@ def test_reads_issued_at_once_are_under_way_together(served):
     for b, f in zip(boxes, futures):
         assert np.array_equal(f.result(), data[b])
     assert server.stats()["max in flight"] > 8  # (one read alone: a shard's requests)
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 64 << 20])
+def test_overlapping_reads_at_once_ask_for_each_thing_once(served, cache_bytes):
+    """Concurrent reads share the GETs they have in common (shard and minishard indexes,
+    and chunks when the cache is on): about as many requests as the same reads one after
+    another on a fresh handle (where the index caches, and the chunk cache, serve)."""
+    server, data = served
+    boxes = _boxes(16, seed=5)
+    counts = []
+    for at_once in (False, True):
+        vol = _open(server, cache_bytes=cache_bytes)
+        if vol.cache is not None:
+            vol.cache.clear()
+        server.stats(reset=True)
+        if at_once:
+            got = [f.result() for f in [vol.read_async(b) for b in boxes]]
+        else:
+            got = [vol[b] for b in boxes]
+        counts.append(server.stats()["GET"])
+        for b, g in zip(boxes, got):
+            assert np.array_equal(g, data[b])
+    one_after_another, at_once = counts
+    # (a read may miss an index another has just fetched but not yet cached: a few more)
+    assert at_once <= 1.15 * one_after_another
+
+
+def test_a_read_waiting_on_another_reads_chunks_fetches_them_itself_if_that_one_fails():
+    cache = ChunkCache(1 << 20)
+    mine, theirs = cache.claim([(0, 0), (0, 1)])
+    assert mine == [(0, 0), (0, 1)] and not theirs
+    mine2, theirs2 = cache.claim([(0, 1), (0, 2)])
+    assert mine2 == [(0, 2)] and list(theirs2) == [(0, 1)] and not theirs2[(0, 1)].is_set()
+    cache.put((0, 0), np.zeros(4), None)
+    cache.release(mine)  # (0, 1) failed: not cached, but released
+    assert theirs2[(0, 1)].is_set() and cache.get((0, 1)) is None
+    assert cache.claim([(0, 1)]) == ([(0, 1)], {})
 
 
 def test_a_future_raises_the_error_a_blocking_read_raises(served):

@@ -171,7 +171,7 @@ def test_process_pool_and_dask_cluster_write_identical_files(tmp_path):
                                     memory_limit="40KB")
         else:
             with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                          dashboard_address=None) as cluster, \
+                                          dashboard_address=":0") as cluster, \
                     distributed.Client(cluster) as client:
                 shardvol.downsample(path, (2, 2, 1), 2, progress=False,
                                     executor=client.get_executor(), memory_limit="40KB")

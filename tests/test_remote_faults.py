@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from shardvol import Volume
+from shardvol.array.futures import submit
 from shardvol.errors import StoreError, VersionChangedError
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.lease import lease_path
@@ -427,3 +428,16 @@ async def _count_tasks() -> int:
     me = asyncio.current_task()
     return sum(1 for t in asyncio.all_tasks() if t is not me and not t.done()
                and "finish" in repr(t))
+
+
+def test_a_read_after_a_write_is_not_answered_by_a_get_sent_before_it(s3_proxy):
+    """The store shares identical GETs in flight, but not across a write of the object."""
+    store = _s3(s3_proxy, new_bucket())
+    old, new = b"o" * 1000, b"n" * 1000
+    store.set("obj", old)
+    s3_proxy.set(plan=["slow"], slow_seconds=1.0)  # (the next answer's body trickles out)
+    slow = submit(lambda: store.get("obj"))
+    time.sleep(0.3)  # (its GET has read the object, and is in flight)
+    store.set("obj", new)
+    assert store.get("obj") == new
+    assert slow.result() == old

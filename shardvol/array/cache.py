@@ -60,6 +60,7 @@ class ChunkCache:
         self._entries: OrderedDict[ChunkCoord, Cached] = OrderedDict()
         self._used = 0
         self._lock = threading.Lock()
+        self._claims: dict[ChunkCoord, threading.Event] = {}
         _ALL.add(self)
 
     def __getstate__(self) -> dict[str, int]:
@@ -100,6 +101,33 @@ class ChunkCache:
             while self._used > self.nbytes:
                 _, dropped = self._entries.popitem(last=False)
                 self._used -= _size(dropped)
+
+    def claim(
+        self, coords: Iterable[ChunkCoord]
+    ) -> tuple[list[ChunkCoord], dict[ChunkCoord, threading.Event]]:
+        """Claim the reading of the chunks no other read is fetching: those claimed (to be
+        fetched, cached and then :meth:`release`-d by the caller), and for the others, an
+        event set when the read fetching them releases them.  Concurrent reads of
+        overlapping regions then fetch and decode each chunk once."""
+        mine: list[ChunkCoord] = []
+        theirs: dict[ChunkCoord, threading.Event] = {}
+        with self._lock:
+            for c in coords:
+                event = self._claims.get(c)
+                if event is None:
+                    self._claims[c] = threading.Event()
+                    mine.append(c)
+                else:
+                    theirs[c] = event
+        return mine, theirs
+
+    def release(self, coords: Iterable[ChunkCoord]) -> None:
+        """End the claims on ``coords`` (fetched, or failed: the waiting reads look in the
+        cache, then fetch what they do not find)."""
+        with self._lock:
+            events = [self._claims.pop(c) for c in coords]
+        for event in events:
+            event.set()
 
     def drop(self, coords: Iterable[ChunkCoord]) -> None:
         with self._lock:
@@ -162,6 +190,7 @@ def _reset_in_child() -> None:
     _shared_lock = threading.Lock()
     for cache in list(_ALL):
         cache._lock = threading.Lock()
+        cache._claims = {}  # (the parent's reads that claimed them are not here)
 
 
 os.register_at_fork(after_in_child=_reset_in_child)

@@ -157,7 +157,34 @@ class ChunkedArray:
         return out[drop_axes(sel)]
 
     def _read_parts(self, parts: list[ChunkPart], out: np.ndarray) -> None:
-        """Fetch and decode ``parts`` into ``out``, batches in parallel.
+        """Fetch and decode ``parts`` into ``out``: cached chunks are copied; of the others,
+        those that a concurrent read is fetching are waited for (it caches them) while this
+        read fetches the rest."""
+        if self.cache is None:
+            self._fetch_parts(parts, out)
+            return
+        parts, versions = self._from_cache(parts, out)
+        if not parts:
+            return
+        mine, theirs = self.cache.claim(p.coord for p in parts)
+        try:
+            claimed = set(mine)
+            self._fetch_parts([p for p in parts if p.coord in claimed], out, versions)
+        finally:
+            self.cache.release(mine)
+        if theirs:
+            for event in theirs.values():
+                event.wait()
+            rest, versions = self._from_cache([p for p in parts if p.coord in theirs], out)
+            if rest:  # (the other read failed, or its chunks are out of the cache already)
+                self._fetch_parts(rest, out, versions)
+
+    def _fetch_parts(
+        self, parts: list[ChunkPart], out: np.ndarray,
+        versions: dict[ChunkCoord, Hashable | None] | None = None,
+    ) -> None:
+        """Fetch and decode ``parts`` into ``out``, batches in parallel; with ``versions``,
+        each chunk decoded whole and cached.
 
         Each batch streams its chunks, decoding each as soon as it is read (a hand-off
         to another thread costs more than decoding a chunk still in the CPU cache).
@@ -166,11 +193,8 @@ class ChunkedArray:
         chunks are fetched first and then decoded in parallel (see _fetch_then_decode),
         unless the chunks are copied straight from their files (``box_reader``).
         """
-        versions = None
-        if self.cache is not None:
-            parts, versions = self._from_cache(parts, out)
-            if not parts:
-                return
+        if not parts:
+            return
         by_coord = {p.coord: p for p in parts}
         if self.store.remote:
             self._stream_decode(by_coord, out, versions)

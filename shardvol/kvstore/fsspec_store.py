@@ -117,6 +117,9 @@ class FsspecStore(KVStore):
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
         self._async = bool(getattr(self.fs, "async_impl", False))
+        # GETs in flight, by (path, range, ETag): an identical GET waits for the same answer
+        # (concurrent reads of one shard ask for its index once); touched on the I/O loop only
+        self._in_flight: dict[tuple[str, ByteRange | None, str | None], asyncio.Task] = {}
 
     def _run(self, what: str, coro: Callable[[], Awaitable[T]], call: Callable[[], T]) -> T:
         """One request, retried: ``coro()`` on the I/O loop for asynchronous filesystems,
@@ -263,11 +266,25 @@ class FsspecStore(KVStore):
             start, end = (None, None) if byte_range is None else byte_range
             return await self.fs._cat_file(path, start=start, end=end), None
 
-        async def one() -> tuple[Any, Any]:
+        async def fetch() -> tuple[Any, Any]:
             try:
                 return await self.requests.one(attempt, _what(self.url, key, byte_range))
             except Exception as e:  # reported per request (missing, 412, 416, given up)
                 return e, None
+
+        async def one() -> tuple[Any, Any]:
+            flight = (path, byte_range, etag)
+            task = self._in_flight.get(flight)
+            if task is None:
+                task = self._in_flight[flight] = asyncio.ensure_future(fetch())
+
+                def landed(done: asyncio.Task) -> None:
+                    if self._in_flight.get(flight) is done:  # (not one sent after a write)
+                        del self._in_flight[flight]
+
+                task.add_done_callback(landed)
+            # (shielded: a reader that gives up does not cancel the others' answer)
+            return await asyncio.shield(task)
 
         return one
 
@@ -328,6 +345,8 @@ class FsspecStore(KVStore):
             raise
         except Exception as e:
             raise StoreError(f"cannot write {key!r} to {self.url}: {e}") from e
+        finally:
+            self._forget_in_flight(path)
 
     def delete(self, key: str) -> None:
         self._require_writable(key)
@@ -343,6 +362,14 @@ class FsspecStore(KVStore):
             raise
         except Exception as e:
             raise StoreError(f"cannot delete {key!r} in {self.url}: {e}") from e
+        finally:
+            self._forget_in_flight(path)
+
+    def _forget_in_flight(self, path: str) -> None:
+        """After a write of ``path``: later GETs of it are sent anew (one in flight since
+        before the write may bring the old bytes)."""
+        for flight in [f for f in list(self._in_flight) if f[0] == path]:
+            self._in_flight.pop(flight, None)
 
     def list(self, prefix: str = "") -> list[str]:
         check_prefix(prefix)
