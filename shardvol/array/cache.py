@@ -25,10 +25,10 @@ from shardvol.array.grid import ChunkCoord
 from shardvol.errors import InvalidArgumentError
 from shardvol.sizes import parse_bytes, physical_memory
 
-#: The default budget of remote volumes' and arrays' caches: the 64 decoded chunks of a
-#: row of 64^3 uint64 chunks across a 4096-wide plane, several times over 64^3 uint8
-#: chunks; small beside the machines such reads run on.  Local files: no cache (the page
-#: cache holds their bytes, and decoding is the cost).
+#: The default budget of remote volumes' and arrays' caches: the chunks under a 512x512 xy
+#: window twice over for 64^3 uint64 chunks, under a 2048x2048 one for uint8; small beside
+#: the machines such reads run on.  Local files: no cache (the page cache holds their
+#: bytes).
 DEFAULT_REMOTE_CACHE_BYTES = 256 << 20
 
 
