@@ -240,6 +240,14 @@ def test_cli_cp_both_ways(tmp_path, capsys):
     assert main(["-q", "verify", out, "--samples", "2"]) == 0
     assert main(["-q", "cp", src.url, out]) == 1  # exists, no --overwrite
     assert "already holds" in capsys.readouterr().err
+    assert main(["info", out]) == 0
+    assert "OME-Zarr 0.5 image (3 levels), axes z, y, x" in capsys.readouterr().out
+    assert main(["info", "--json", out]) == 0
+    described = json.loads(capsys.readouterr().out)
+    for level, s in zip(described["levels"], (src.mip(k) for k in range(3))):
+        assert level["voxel_offset"] == list(s.voxel_offset)
+        assert level["resolution_nm"] == list(s.resolution)
+        assert level["array"]["shape"] == list(s.shape[2::-1]) and level["array"]["sharded"]
 
 
 # ------------------------------------------------------------------------ bad metadata
