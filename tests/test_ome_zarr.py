@@ -23,7 +23,13 @@ from ome_zarr_models.v05 import Image
 import shardvol
 from shardvol import OmeZarrImage, Volume
 from shardvol.cli import main
-from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
+from shardvol.errors import (
+    AlreadyExistsError,
+    InfoError,
+    InvalidArgumentError,
+    OutOfBoundsError,
+    ReadOnlyStoreError,
+)
 from shardvol.kvstore import FileStore
 from shardvol.ops import convert
 
@@ -224,6 +230,8 @@ def test_single_level_writes_and_overwrite(tmp_path):
     assert czyx[1, 0, 0, 0] == 77
     with pytest.raises(InvalidArgumentError, match="shape"):
         img[lo[0] : lo[0] + 2, lo[1], lo[2]] = np.zeros((3, 2), "uint8")
+    with pytest.raises(ReadOnlyStoreError, match="mode='r'"):
+        shardvol.open(out, mode="r")[...] = 0
 
 
 def test_cli_cp_both_ways(tmp_path, capsys):
@@ -379,5 +387,5 @@ def test_bad_options_write_nothing_and_level_selection(tmp_path, good_image):
         img.mip("x")
     with pytest.raises(InfoError, match="no level with voxel size"):
         img.mip((1, 2, 3))
-    with pytest.raises(shardvol.errors.OutOfBoundsError):
+    with pytest.raises(OutOfBoundsError):
         img[0:1000]

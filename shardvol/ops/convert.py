@@ -388,8 +388,8 @@ def _sources(
         img = OmeZarrImage(url, 0 if mip is None else mip, mode="r")
         imgs = [img.mip(k) for k in range(len(img.mips))] if every else [img]
         return [(ome_geometry(i), Endpoint(fmt, url, i.scale.path)) for i in imgs]
-    if mip is not None:
-        raise InvalidArgumentError(f"mip does not apply to a single Zarr array, got {mip!r}")
+    if mip not in (None, 0):
+        raise InvalidArgumentError(f"a single Zarr array has one scale: mip {mip!r}")
     return [(zarr_geometry(open_zarr(url, "r")), Endpoint(fmt, url))]
 
 

@@ -28,7 +28,13 @@ from shardvol.array.cache import ChunkCache
 from shardvol.array.futures import AsyncMethods
 from shardvol.array.indexing import AxisSelection, normalize_selection
 from shardvol.array.values import cast_value
-from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError, InvalidKeyError
+from shardvol.errors import (
+    AlreadyExistsError,
+    InfoError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    ReadOnlyStoreError,
+)
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.zarr3.array import ZarrArray, delete_chunks
 from shardvol.zarr3.chunkstore import ZarrChunkStore
@@ -258,6 +264,8 @@ class OmeZarrImage(AsyncMethods):
         return data if data.flags.f_contiguous else np.asfortranarray(data)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        if self.array.mode == "r":
+            raise ReadOnlyStoreError(f"cannot write to {self.url}: opened with mode='r'")
         frame, sel = self._selections(key)
         arr = cast_value(value, self.dtype)
         shape = tuple(s.count for s in frame if not s.drop)

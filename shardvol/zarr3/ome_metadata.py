@@ -270,7 +270,7 @@ def _level(path: str, axes: Sequence[Axis], scale: Sequence[float],
     for d in FRAME:
         i = next(k for k, a in enumerate(axes) if a.type == "space" and a.name.lower() == d)
         unit = SPACE_UNITS[axes[i].unit or "nanometer"]
-        res.append(scale[i] * unit)
+        res.append(float(f"{scale[i] * unit:.12g}"))  # 0.1 um: 100 nm, not 100.00000000000001
         offset.append(math.floor(shift[i] / scale[i] + _EPS))
     return Level(path, tuple(res), tuple(offset))  # type: ignore[arg-type]  # 3 axes
 
