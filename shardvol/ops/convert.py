@@ -1,6 +1,6 @@
 """``shardvol.copy``: precomputed <-> Zarr v3 arrays <-> OME-Zarr 0.5 images, shard by shard.
 
-Both formats are seen in one frame: voxel coordinates ``(x, y, z)`` plus all
+Every format is seen in one frame: voxel coordinates ``(x, y, z)`` plus all
 channels, as a precomputed scale has them.
 
 * A precomputed scale is that frame itself (its domain starts at ``voxel_offset``).
