@@ -234,6 +234,25 @@ def test_single_level_writes_and_overwrite(tmp_path):
         shardvol.open(out, mode="r")[...] = 0
 
 
+def test_ome_zarr_to_a_single_array_and_to_another_image(tmp_path):
+    src = make_pyramid(str(tmp_path / "em"), dtype="uint16", channels=2)
+    img = shardvol.copy(src.url, str(tmp_path / "a.ome.zarr"), progress=False)
+    arr = shardvol.copy(img.url, str(tmp_path / "one.zarr"), mip=1, progress=False)
+    assert arr.dimension_names == ("x", "y", "z", "c")
+    assert arr.attrs["precomputed"]["voxel_offset"] == list(src.mip(1).voxel_offset)
+    assert np.array_equal(arr[...], src.mip(1)[...])
+    again = shardvol.copy(img.url, str(tmp_path / "b.ome.zarr"), chunk_size=(32, 32, 16),
+                          inner_chunk_shape=(8, 8, 8), codecs=["gzip"], progress=False)
+    assert [lv.resolution for lv in again.mips] == [lv.resolution for lv in img.mips]
+    for k in range(3):
+        level = again.mip(k)
+        assert level.shard_shape == (32, 32, 16) and level.chunk_size == (8, 8, 8)
+        assert np.array_equal(level[...], src.mip(k)[...])
+        kv = {"driver": "file", "path": str(tmp_path / "b.ome.zarr" / str(k))}
+        stored = ts.open({"driver": "zarr3", "kvstore": kv}).result().read().result()
+        assert np.array_equal(stored, array_order(src.mip(k)[...], 2))
+
+
 def test_cli_cp_both_ways(tmp_path, capsys):
     src = make_pyramid(str(tmp_path / "em"), dtype="uint16", channels=1)
     out = str(tmp_path / "em.ome.zarr")
