@@ -1,7 +1,8 @@
 """shardvol: Neuroglancer precomputed volumes (sharded or not) and Zarr v3 sharded arrays.
 
-What users type is here: :class:`Volume`, :class:`ZarrArray`, :func:`open`,
-:func:`downsample`, :func:`copy`, the ``zarr3`` and ``sharding`` packages, ``errors``.
+What users type is here: :class:`Volume`, :class:`ZarrArray`, :class:`OmeZarrImage`,
+:func:`open`, :func:`downsample`, :func:`copy`, the ``zarr3`` and ``sharding`` packages,
+``errors``.
 The kernels stay in their modules (``shardvol._ext.morton``, ``shardvol._ext.hashing``,
 ``shardvol.ops.pooling``).  See README.md for a tour and the package layout.
 """
@@ -13,12 +14,13 @@ from shardvol.kvstore import KVStore, open_store
 from shardvol.ops.convert import copy
 from shardvol.ops.downsample import downsample
 from shardvol.precomputed.volume import Volume
-from shardvol.zarr3 import ZarrArray
+from shardvol.zarr3 import OmeZarrImage, ZarrArray
 
 __version__ = "0.1.0"
 
 __all__ = [
     "KVStore",
+    "OmeZarrImage",
     "ShardvolError",
     "Volume",
     "ZarrArray",

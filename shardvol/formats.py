@@ -1,4 +1,5 @@
-"""``shardvol.open(url)``: a precomputed Volume or a ZarrArray, whichever is stored there."""
+"""``shardvol.open(url)``: a precomputed Volume, a ZarrArray or an OmeZarrImage, whichever
+is stored there."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from shardvol.kvstore import KVStore, open_store
 from shardvol.precomputed.volume import INFO_KEY, Volume
 from shardvol.zarr3 import ZARR_JSON, ZarrArray
 from shardvol.zarr3 import open as open_zarr
+from shardvol.zarr3.ome import OmeZarrImage, is_ome_group
 
-FORMATS = ("precomputed", "zarr3")
+FORMATS = ("precomputed", "zarr3", "ome-zarr")
 #: Neuroglancer-style URL prefixes naming the format ("zarr3://gs://bucket/array")
 _PREFIXES = {"precomputed://": "precomputed", "zarr3://": "zarr3", "zarr://": "zarr3"}
 
@@ -30,27 +32,31 @@ def split_format(url_or_store: str | KVStore) -> tuple[str | None, str | KVStore
 
 
 def detect_format(url_or_store: str | KVStore) -> str | None:
-    """The format stored at a URL: "precomputed" (an ``info`` file), "zarr3" (a ``zarr.json``)
-    or None if neither is there."""
+    """The format stored at a URL: "precomputed" (an ``info`` file), "ome-zarr" (a
+    ``zarr.json`` of a group with ``ome`` attributes), "zarr3" (any other ``zarr.json``)
+    or None if none is there."""
     fmt, rest = split_format(url_or_store)
     kv = open_store(rest)
-    if fmt is not None:
-        return fmt if kv.exists(INFO_KEY if fmt == "precomputed" else ZARR_JSON) else None
-    if kv.exists(INFO_KEY):
+    if fmt in (None, "precomputed") and kv.exists(INFO_KEY):
         return "precomputed"
-    if kv.exists(ZARR_JSON):
-        return "zarr3"
+    if fmt in (None, "zarr3"):
+        doc = kv.get(ZARR_JSON)
+        if doc is not None:
+            return "ome-zarr" if is_ome_group(_parse(doc)) else "zarr3"
     return None
 
 
-def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray:
-    """Open what is stored at ``url_or_store``: a precomputed volume or a Zarr v3 array.
+def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray | OmeZarrImage:
+    """Open what is stored at ``url_or_store``: a precomputed volume, a Zarr v3 array or
+    an OME-Zarr 0.5 image.
 
     An ``info`` file makes it a :class:`~shardvol.Volume` (keyword arguments go
     to it: ``mip``, ``fill_value``, ``bounded``, ...); a ``zarr.json`` whose
     ``node_type`` is "array" a :class:`~shardvol.zarr3.ZarrArray` (``mode``,
-    ``order``, ``parallel``).  A ``precomputed://`` or ``zarr3://`` prefix
-    forces the format.  InfoError if neither is there.
+    ``order``, ``parallel``); a group with ``ome`` attributes an
+    :class:`~shardvol.zarr3.OmeZarrImage` (``mip``, ``mode``, ``parallel``,
+    ``cache_bytes``).  A ``precomputed://`` or ``zarr3://`` prefix forces the
+    format.  InfoError if none is there.
     """
     fmt, rest = split_format(url_or_store)
     kv = open_store(rest)
@@ -59,7 +65,11 @@ def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray:
     if fmt in (None, "zarr3"):
         doc = kv.get(ZARR_JSON)
         if doc is not None:
-            _check_zarr_array(doc, f"{kv.url}/{ZARR_JSON}")
+            source = f"{kv.url}/{ZARR_JSON}"
+            parsed = _parse(doc, source)
+            if is_ome_group(parsed):
+                return OmeZarrImage(kv, **kwargs)
+            _check_zarr_array(parsed, source)
             return open_zarr(kv, **kwargs)
     wanted = {
         None: f"a precomputed '{INFO_KEY}' file or a Zarr v3 '{ZARR_JSON}'",
@@ -70,15 +80,22 @@ def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray:
     raise InfoError(f"nothing to open at {kv.url}: looked for {wanted}{hint}")
 
 
-def _check_zarr_array(doc: bytes, source: str) -> None:
+def _parse(doc: bytes, source: str | None = None) -> Any:
+    """A ``zarr.json`` parsed (None if it is not JSON and no ``source`` is given to name)."""
     try:
-        parsed = json.loads(doc)
+        return json.loads(doc)
     except (ValueError, UnicodeDecodeError) as e:
+        if source is None:
+            return None
         raise InfoError(f"{source}: not valid JSON ({e})") from e
+
+
+def _check_zarr_array(parsed: Any, source: str) -> None:
     node = parsed.get("node_type") if isinstance(parsed, dict) else None
     if node != "array":
         raise InfoError(
-            f"{source}: node_type is {node!r}; shardvol.open opens arrays (node_type 'array')"
+            f"{source}: node_type is {node!r}; shardvol.open opens arrays (node_type 'array') "
+            "and OME-Zarr images (groups with 'ome' attributes)"
         )
 
 

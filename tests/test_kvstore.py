@@ -110,6 +110,19 @@ class StoreContract:
         store.delete("x")
         assert store.get("x") is None
 
+    def test_set_parts_stores_their_concatenation(self, pair):
+        store, _ = pair
+        parts = [b"ab", memoryview(b"cd"), b"", VALUE]
+        if store.read_only:
+            with pytest.raises(ReadOnlyStoreError):
+                store.set_parts("x", parts)
+            return
+        store.set_parts("parts/x", parts)
+        assert store.get("parts/x") == b"abcd" + VALUE
+        store.set_parts("parts/x", [])
+        assert store.get("parts/x") == b""
+        store.delete("parts/x")
+
     def test_bad_keys(self, pair):
         store, _ = pair
         for bad in ["", "/abs", "a/../b", "a//b", "./a", ".."]:
@@ -230,6 +243,22 @@ class TestFileStore(StoreContract):
         monkeypatch.setattr(file_store, "resolve_range", shrink_then_resolve)
         with pytest.raises(StoreError, match="'k' shrank while it was being read"):
             s.get_many([("k", (0, 6000))])
+
+    def test_set_parts_writes_many_parts_through_short_writes(self, tmp_path, monkeypatch):
+        store = FileStore(str(tmp_path))
+        rng = np.random.default_rng(3)
+        parts = [rng.bytes(int(n)) for n in rng.integers(0, 300, 3000)]  # > IOV_MAX buffers
+        writev = os.writev
+        calls = []
+
+        def short(fd, buffers):  # the kernel may write less than asked
+            calls.append(len(buffers))
+            return writev(fd, [memoryview(b"".join(bytes(b) for b in buffers))[:777]])
+
+        monkeypatch.setattr(os, "writev", short)
+        store.set_parts("k", parts)
+        assert store.get("k") == b"".join(parts)
+        assert max(calls) <= 1024 and len(calls) > len(b"".join(parts)) // 777
 
     def test_atomic_write_leaves_no_temp_files(self, tmp_path):
         s = FileStore(str(tmp_path))

@@ -1,7 +1,10 @@
-"""``shardvol cp SRC DST``: copy a precomputed scale or Zarr v3 array, converting on the way.
+"""``shardvol cp SRC DST``: copy a precomputed volume, Zarr v3 array or OME-Zarr image,
+converting on the way.
 
-Re-chunks, re-encodes, shards or unshards, across stores and formats
-(precomputed <-> Zarr v3 sharded), streaming whole output shards in parallel.
+Re-chunks, re-encodes, shards or unshards, across stores and formats (precomputed <->
+Zarr v3 sharded <-> OME-Zarr 0.5), streaming whole output shards in parallel.  Between
+precomputed and OME-Zarr every scale is copied (unless --mip names one); otherwise the
+finest scale.
 """
 
 from __future__ import annotations
@@ -15,23 +18,28 @@ from shardvol.precomputed.info import ENCODINGS
 
 
 def register(subparsers: Any) -> None:
-    p = command(subparsers, "cp", run, help="copy/convert a volume (precomputed, zarr3)",
+    p = command(subparsers, "cp", run, help="copy/convert a volume (precomputed, zarr3, ome-zarr)",
                 description=__doc__ + "\n\nexamples:\n  shardvol cp /data/em /data/em.zarr\n"
+                "  shardvol cp /data/em /data/em.ome.zarr      # every scale\n"
+                "  shardvol cp /data/em.ome.zarr /data/em2      # every level\n"
                 "  shardvol cp /data/em.zarr /data/em2 --encoding jpeg --sharding auto")
     p.add_argument("src", help="source volume or array (path or URL)")
     p.add_argument("dst", help="destination (path or URL)")
-    p.add_argument("--mip", type=int, default=0, help="scale of a precomputed source (0)")
-    p.add_argument("--format", choices=("precomputed", "zarr3"),
-                   help="output format (default: from DST; *.zarr means zarr3)")
+    p.add_argument("--mip", type=int, default=None,
+                   help="copy this scale alone (default: every scale between precomputed and "
+                        "OME-Zarr, else the finest)")
+    p.add_argument("--format", choices=("precomputed", "zarr3", "ome-zarr"),
+                   help="output format (default: from DST; *.ome.zarr means ome-zarr, *.zarr "
+                        "zarr3)")
     p.add_argument("--encoding", choices=ENCODINGS, help="precomputed output encoding")
     p.add_argument("--sharding", type=sharding_arg, default="auto", metavar="auto|none|JSON",
                    help="shard the output: auto (default), none, or a precomputed JSON spec")
     p.add_argument("--chunk-size", type=positive_int, nargs="+", metavar="N",
-                   help="output chunk size (precomputed) or shard shape (zarr3)")
+                   help="output chunk size (precomputed) or shard shape (zarr3, ome-zarr)")
     p.add_argument("--compress-level", type=int, default=None, metavar="0-12",
                    help="gzip level of precomputed shard data with gzip data encoding (6)")
     p.add_argument("--inner-chunk-shape", type=positive_int, nargs="+", metavar="N",
-                   help="zarr3 inner chunk shape")
+                   help="zarr3 / ome-zarr inner chunk shape")
     p.add_argument("--overwrite", action="store_true", help="replace an existing destination")
 
 

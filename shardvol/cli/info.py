@@ -12,7 +12,8 @@ from shardvol.errors import InfoError, StoreError
 from shardvol.kvstore import KVStore, PrefixStore, open_store, url_scheme
 from shardvol.precomputed.volume import INFO_KEY, read_info
 from shardvol.sharding import ShardingSpec, shard_shape
-from shardvol.zarr3 import ZARR_JSON, ArrayMetadata
+from shardvol.zarr3 import ZARR_JSON, ArrayMetadata, OmeZarrImage
+from shardvol.zarr3.ome import is_ome_group
 
 SHARD_SUFFIX = ".shard"
 UNLISTABLE = ("http", "https")  # plain HTTP servers cannot list a directory
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ describe
 def describe(url: str, count: bool = True) -> dict[str, Any]:
-    """A JSON-able description of the precomputed volume or Zarr v3 array at ``url``."""
+    """A JSON-able description of the precomputed volume, Zarr v3 array or OME-Zarr image
+    at ``url``."""
     kv = open_store(url)
     if kv.exists(INFO_KEY):
         return _describe_precomputed(kv, count)
@@ -102,6 +104,8 @@ def _describe_zarr3(kv: KVStore, raw: bytes, count: bool) -> dict[str, Any]:
         doc = json.loads(raw)
     except ValueError:
         doc = None  # ArrayMetadata.from_json names the problem
+    if is_ome_group(doc):
+        return _describe_ome(kv, count)
     if isinstance(doc, dict) and doc.get("node_type") == "group":
         return {"url": kv.url, "format": "zarr3", "node_type": "group",
                 "attributes": sorted(doc.get("attributes", {}))}
@@ -126,6 +130,22 @@ def _describe_zarr3(kv: KVStore, raw: bytes, count: bool) -> dict[str, Any]:
             stored = {"count": stored["count"] - 1, "bytes": stored["bytes"] - len(raw)}
         d["stored"] = stored
     return d
+
+
+def _describe_ome(kv: KVStore, count: bool) -> dict[str, Any]:
+    img = OmeZarrImage(kv, mode="r")
+    levels = []
+    for k, level in enumerate(img.mips):
+        at = img.mip(k)
+        raw = at.array.store.get(ZARR_JSON) or b""
+        levels.append({
+            "path": level.path, "size": list(at.size), "voxel_offset": list(level.voxel_offset),
+            "resolution_nm": list(level.resolution),
+            "array": _describe_zarr3(at.array.store, raw, count),
+        })  # fmt: skip
+    return {"url": kv.url, "format": "ome-zarr", "version": "0.5",
+            "axes": list(img.multiscale.names), "data_type": img.dtype.name,
+            "num_channels": img.num_channels, "levels": levels}  # fmt: skip
 
 
 # -------------------------------------------------------------------- render
@@ -154,6 +174,8 @@ def render(desc: dict[str, Any]) -> str:
     """The description as text for a terminal."""
     if desc["format"] == "zarr3":
         return _render_zarr3(desc)
+    if desc["format"] == "ome-zarr":
+        return _render_ome(desc)
     lines = [
         f"{desc['url']}",
         f"  format:   neuroglancer precomputed ({_plural(len(desc['scales']), 'scale')})",
@@ -184,6 +206,25 @@ def render(desc: dict[str, Any]) -> str:
             lines += [f"    sharding:    {json.dumps(s['sharding'], separators=(',', ':'))}",
                       f"    shard shape: {where}"]
         lines.append(f"    stored:      {_stored(s, s['sharding'] is not None)}")
+    return "\n".join(lines)
+
+
+def _render_ome(d: dict[str, Any]) -> str:
+    lines = [
+        d["url"],
+        f"  format:   OME-Zarr {d['version']} image ({_plural(len(d['levels']), 'level')}), "
+        f"axes {', '.join(d['axes'])}",
+        f"  dtype:    {d['data_type']}",
+        f"  channels: {d['num_channels']}",
+    ]
+    for i, lv in enumerate(d["levels"]):
+        array = _render_zarr3(lv["array"]).splitlines()[2:]  # without its URL and format
+        lines += [
+            f"  level {i}: {lv['path']}",
+            f"    size:        {_xyz(lv['size'])} voxels at offset {_xyz(lv['voxel_offset'])}",
+            f"    resolution:  {_xyz(lv['resolution_nm'])} nm",
+            *("  " + line for line in array),
+        ]
     return "\n".join(lines)
 
 

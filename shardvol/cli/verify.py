@@ -1,6 +1,7 @@
 """``shardvol verify URL``: read random regions with shardvol and TensorStore and compare.
 
-Every scale of a precomputed volume, or a Zarr v3 array (any number of dimensions).
+Every scale of a precomputed volume, every level array of an OME-Zarr image (in its own
+axes), or a Zarr v3 array (any number of dimensions).
 Exit code 1 if any region differs (or TensorStore cannot open the volume).
 """
 
@@ -20,7 +21,7 @@ from shardvol.formats import open as open_any
 from shardvol.formats import split_format
 from shardvol.kvstore import url_scheme
 from shardvol.precomputed.volume import Volume
-from shardvol.zarr3 import ZarrArray
+from shardvol.zarr3 import OmeZarrImage, ZarrArray
 
 Region = tuple[slice, ...]
 
@@ -60,16 +61,27 @@ def tensorstore_kvstore(url: str) -> str:
     return url.rstrip("/") + "/"
 
 
-def targets(opened: Volume | ZarrArray, url: str, mips: list[int] | None) -> list[Target]:
-    """What to check of the volume or array at ``url``."""
+def targets(opened: Volume | ZarrArray | OmeZarrImage, url: str,
+            mips: list[int] | None) -> list[Target]:
+    """What to check of the volume, array or image at ``url``."""
     uncached = {"cache_pool": {"total_bytes_limit": 0}}
     kvstore = tensorstore_kvstore(url)
+    spec: dict[str, object]
     if isinstance(opened, ZarrArray):
         if mips is not None:
-            raise InvalidArgumentError("--mip applies to precomputed volumes, not Zarr arrays")
-        spec: dict[str, object] = {"driver": "zarr3", "kvstore": kvstore, "context": uncached}
+            raise InvalidArgumentError("--mip applies to multiscale volumes, not Zarr arrays")
+        spec = {"driver": "zarr3", "kvstore": kvstore, "context": uncached}
         return [Target("array", opened.__getitem__, spec, (0,) * opened.ndim, opened.shape,
                        opened.chunks, "index")]
+    if isinstance(opened, OmeZarrImage):
+        levels = []
+        for mip in mips if mips is not None else range(len(opened.mips)):
+            arr = opened.mip(mip).array
+            spec = {"driver": "zarr3", "kvstore": kvstore + opened.mips[mip].path + "/",
+                    "context": uncached}
+            levels.append(Target(f"level {opened.mips[mip].path}", arr.__getitem__, spec,
+                                 (0,) * arr.ndim, arr.shape, arr.chunks, "index"))
+        return levels
     out = []
     for mip in mips if mips is not None else range(len(opened.mips)):
         scale = opened.mip(mip)

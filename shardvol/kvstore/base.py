@@ -190,6 +190,11 @@ class KVStore(ABC):
     def set(self, key: str, value: bytes) -> None:
         """Store ``value`` under ``key`` atomically (readers see the old or the new value)."""
 
+    def set_parts(self, key: str, parts: Sequence[bytes | memoryview]) -> None:
+        """Store the concatenation of ``parts`` as :meth:`set` would (a shard of encoded
+        chunks); stores that can write the parts without joining them override this."""
+        self.set(key, b"".join(parts))
+
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove ``key``; absent keys are ignored."""

@@ -83,6 +83,9 @@ class PrefixStore(KVStore):
     def set(self, key: str, value: bytes) -> None:
         self.base.set(self._k(key), value)
 
+    def set_parts(self, key: str, parts: Sequence[bytes | memoryview]) -> None:
+        self.base.set_parts(self._k(key), parts)
+
     def delete(self, key: str) -> None:
         self.base.delete(self._k(key))
 

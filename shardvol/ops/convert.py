@@ -1,6 +1,6 @@
-"""``shardvol.copy``: precomputed <-> Zarr v3 (and precomputed -> precomputed), shard by shard.
+"""``shardvol.copy``: precomputed <-> Zarr v3 arrays <-> OME-Zarr 0.5 images, shard by shard.
 
-Both formats are seen in one frame: voxel coordinates ``(x, y, z)`` plus all
+Every format is seen in one frame: voxel coordinates ``(x, y, z)`` plus all
 channels, as a precomputed scale has them.
 
 * A precomputed scale is that frame itself (its domain starts at ``voxel_offset``).
@@ -16,6 +16,13 @@ channels, as a precomputed scale has them.
   4-D array is the channel); without names the order is ``x, y, z[, c]``.
   Without ``attributes["precomputed"]`` the voxel offset is 0 and the
   resolution comes from ``dimension_units`` (else 1 nm).
+* An OME-Zarr image (:mod:`shardvol.zarr3.ome`) is one array per scale; each is seen
+  through :class:`~shardvol.zarr3.OmeZarrImage`, in the frame of a precomputed scale
+  with the voxel offset and resolution of its transformations.  The arrays
+  :func:`copy` writes have axes ``[c,] z, y, x`` and keep ``type``, ``encoding``,
+  ``chunk_size`` (and the compressed-segmentation block size) in
+  ``attributes["precomputed"]``.  Between precomputed and OME-Zarr every scale is
+  copied (one task list for all of them).
 
 The copy is planned as tasks that each own whole output units (Zarr shards or
 chunks, precomputed shard files or chunk files), grouped up to about
@@ -31,9 +38,8 @@ import functools
 import math
 import os
 import posixpath
-import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -41,150 +47,32 @@ from typing import Any
 import numpy as np
 
 from shardvol.compression import check_level
-from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
+from shardvol.errors import AlreadyExistsError, InvalidArgumentError
 from shardvol.formats import FORMATS, check_format, detect_format, split_format
 from shardvol.kvstore import FileStore, KVStore, open_store
+from shardvol.ops.geometry import (
+    ATTRIBUTE,
+    Geometry,
+    Vec3,
+    ome_geometry,
+    volume_geometry,
+    zarr_axes,
+    zarr_geometry,
+)
 from shardvol.ops.tasks import check_reachable, run_tasks
 from shardvol.precomputed.sharded import ShardedChunkStore
-from shardvol.precomputed.volume import Volume
-from shardvol.zarr3 import ZarrArray
+from shardvol.precomputed.volume import Volume, make_scale
+from shardvol.zarr3 import OmeZarrImage, ZarrArray
 from shardvol.zarr3 import create as create_zarr
 from shardvol.zarr3 import open as open_zarr
 from shardvol.zarr3.codecs import JSON, Codec
+from shardvol.zarr3.ome import create as create_ome
+from shardvol.zarr3.ome_metadata import Level
 
 #: voxel bytes a task aims for (one task holds its region of the source and its encoded output)
 TASK_BYTES = 64 << 20
-#: attributes key of a Zarr array that keeps a precomputed scale's geometry
-ATTRIBUTE = "precomputed"
-_DEFAULT_ZARR_CHUNK = 256  # largest default precomputed chunk edge taken from a Zarr chunk
 
-Vec3 = tuple[int, int, int]
 Box = tuple[Vec3, Vec3]  # (start, stop) voxel coordinates, stop exclusive
-
-
-# --------------------------------------------------------------------------- the common frame
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """A volume in the (x, y, z, channel) voxel frame, and how it was stored."""
-
-    dtype: np.dtype
-    size: Vec3
-    voxel_offset: Vec3
-    num_channels: int
-    resolution: tuple[float, float, float]
-    layer_type: str
-    encoding: str
-    chunk_size: Vec3
-    block_size: Vec3 | None  # compressed_segmentation block size
-
-    @property
-    def voxel_bytes(self) -> int:
-        return self.dtype.itemsize * self.num_channels
-
-    def attributes(self) -> dict[str, JSON]:
-        """Zarr attributes that keep this geometry (see the module docstring)."""
-        meta: dict[str, JSON] = {
-            "type": self.layer_type,
-            "voxel_offset": list(self.voxel_offset),
-            "resolution": [_number(r) for r in self.resolution],
-            "encoding": self.encoding,
-            "chunk_size": list(self.chunk_size),
-        }
-        if self.block_size is not None:
-            meta["compressed_segmentation_block_size"] = list(self.block_size)
-        units: list[str | None] = [f"{_number(r)} nm" for r in self.resolution]
-        return {ATTRIBUTE: meta, "dimension_units": [*units, None]}
-
-
-def _number(v: float) -> int | float:
-    return int(v) if float(v).is_integer() else float(v)
-
-
-def volume_geometry(vol: Volume) -> Geometry:
-    s = vol.scale
-    return Geometry(
-        dtype=vol.dtype,
-        size=s.size,
-        voxel_offset=s.voxel_offset,
-        num_channels=vol.num_channels,
-        resolution=s.resolution,
-        layer_type=vol.layer_type,
-        encoding=s.encoding,
-        chunk_size=s.chunk_size,
-        block_size=s.compressed_segmentation_block_size,
-    )
-
-
-def zarr_axes(arr: ZarrArray) -> tuple[int, ...]:
-    """The array axis holding x, y, z (and the channel of a 4-D array)."""
-    if arr.ndim not in (3, 4):
-        raise InvalidArgumentError(
-            f"{arr.url}: only 3-D (x, y, z) or 4-D (x, y, z, channel) arrays convert, "
-            f"this one has shape {list(arr.shape)}"
-        )
-    names = [n.lower() if isinstance(n, str) else None for n in arr.dimension_names or ()]
-    if not all(a in names for a in "xyz"):
-        return tuple(range(arr.ndim))
-    axes = [names.index(a) for a in "xyz"]
-    return tuple(axes + [i for i in range(arr.ndim) if i not in axes])
-
-
-def zarr_geometry(arr: ZarrArray) -> Geometry:
-    axes = zarr_axes(arr)
-    where = f"{arr.url}: attributes[{ATTRIBUTE!r}]"
-    kept = arr.attrs.get(ATTRIBUTE, {})
-    if not isinstance(kept, Mapping):
-        raise InfoError(f"{where} must be an object, got {kept!r}")
-    size = tuple(arr.shape[a] for a in axes[:3])
-    inner = tuple(min(arr.chunks[a], _DEFAULT_ZARR_CHUNK) for a in axes[:3])
-    resolution = kept.get("resolution") or _units_resolution(arr.attrs.get("dimension_units"), axes)
-    block = kept.get("compressed_segmentation_block_size")
-    labels = arr.dtype in (np.uint32, np.uint64) and (arr.ndim == 3 or arr.shape[axes[3]] == 1)
-    default_type = "segmentation" if labels else "image"
-    return Geometry(
-        dtype=arr.dtype,
-        size=size,  # type: ignore[arg-type]  # 3 axes
-        voxel_offset=_vec(kept.get("voxel_offset", (0, 0, 0)), int, f"{where}.voxel_offset"),
-        num_channels=arr.shape[axes[3]] if arr.ndim == 4 else 1,
-        resolution=_vec(resolution, float, f"{where}.resolution"),
-        layer_type=str(kept.get("type", default_type)),
-        encoding=str(kept.get("encoding", "raw")),
-        chunk_size=_vec(kept.get("chunk_size", inner), int, f"{where}.chunk_size"),
-        block_size=None if block is None else _vec(block, int, f"{where}.block_size"),
-    )
-
-
-def _vec(value: Any, kind: type, where: str) -> tuple:
-    if (
-        not isinstance(value, Sequence)
-        or isinstance(value, str)
-        or len(value) != 3
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-        or (kind is int and not all(float(v).is_integer() for v in value))
-    ):
-        raise InfoError(
-            f"{where} must be 3 {'integers' if kind is int else 'numbers'}, got {value!r}"
-        )
-    return tuple(kind(v) for v in value)
-
-
-_UNIT = re.compile(r"^\s*([0-9.eE+-]*)\s*([a-zA-Zµ]*)\s*$")
-_NM = {"nm": 1.0, "um": 1e3, "µm": 1e3, "mm": 1e6, "m": 1e9, "pm": 1e-3}
-
-
-def _units_resolution(units: Any, axes: Sequence[int]) -> tuple[float, float, float]:
-    """Nanometres per voxel from TensorStore-style ``dimension_units`` ("4 nm"); else 1."""
-    out = []
-    for a in axes[:3]:
-        unit = units[a] if isinstance(units, list) and a < len(units) else None
-        m = _UNIT.match(unit) if isinstance(unit, str) else None
-        if m and m.group(2) in _NM:
-            out.append(float(m.group(1) or 1) * _NM[m.group(2)])
-        else:
-            out.append(1.0)
-    return tuple(out)  # type: ignore[return-value]  # 3 axes
 
 
 # --------------------------------------------------------------------------- endpoints
@@ -196,13 +84,15 @@ class Endpoint:
 
     format: str
     url: str | KVStore
-    scale: str | None = None  # precomputed scale key
+    scale: str | None = None  # precomputed scale key, OME-Zarr level path
     compress_level: int | None = None  # gzip level of written precomputed shard data
 
     def open(self) -> Frame:
         if self.format == "precomputed":
             return PrecomputedFrame(Volume(self.url, self.scale or 0,
                                            compress_level=self.compress_level))
+        if self.format == "ome-zarr":
+            return OmeFrame(OmeZarrImage(self.url, self.scale or 0))
         return ZarrFrame(open_zarr(self.url))
 
 
@@ -215,6 +105,11 @@ class Frame:
     def write(self, box: Box, data: np.ndarray) -> None:
         raise NotImplementedError
 
+    def unit(self) -> Vec3 | None:
+        """Voxel shape of the blocks written as whole files (shards or chunks), from the
+        volume's origin; None when files are not blocks (hashed shards)."""
+        raise NotImplementedError
+
 
 class PrecomputedFrame(Frame):
     def __init__(self, vol: Volume) -> None:
@@ -225,6 +120,23 @@ class PrecomputedFrame(Frame):
 
     def write(self, box: Box, data: np.ndarray) -> None:
         self.vol[_slices(box)] = data
+
+    def unit(self) -> Vec3 | None:
+        return self.vol.chunk_size if self.vol.sharding is None else self.vol.shard_shape
+
+
+class OmeFrame(Frame):
+    def __init__(self, img: OmeZarrImage) -> None:
+        self.img = img
+
+    def read(self, box: Box) -> np.ndarray:
+        return self.img[_slices(box)]
+
+    def write(self, box: Box, data: np.ndarray) -> None:
+        self.img[_slices(box)] = data
+
+    def unit(self) -> Vec3 | None:
+        return self.img.shard_shape or self.img.chunk_size
 
 
 class ZarrFrame(Frame):
@@ -248,12 +160,15 @@ class ZarrFrame(Frame):
             data = data[..., 0]
         self.arr[self._key(box)] = data.transpose(np.argsort(self.axes))
 
+    def unit(self) -> Vec3 | None:
+        return tuple(self.arr.metadata.chunk_shape[a] for a in self.axes[:3])  # type: ignore[return-value]  # 3 axes
+
 
 def _slices(box: Box) -> tuple[slice, slice, slice]:
     return tuple(slice(a, b) for a, b in zip(*box))  # type: ignore[return-value]  # 3 axes
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=32)
 def _opened(run: str, endpoint: Endpoint) -> Frame:
     """Each worker opens each side once per run (``run`` keeps runs apart)."""
     return endpoint.open()
@@ -321,25 +236,14 @@ def _boxes(origin: Vec3, size: Vec3, block: Sequence[int]) -> list[Box]:
     return out  # type: ignore[return-value]  # boxes of 3 axes
 
 
-def plan(
-    geometry: Geometry,
-    dst: PrecomputedFrame | ZarrFrame,
-    run: str,
-    src_ep: Endpoint,
-    dst_ep: Endpoint,
-) -> list[CopyTask]:
+def plan(geometry: Geometry, dst: Frame, run: str, src_ep: Endpoint,
+         dst_ep: Endpoint) -> list[CopyTask]:
     """Tasks that each own whole output units of ``dst``."""
     g = geometry
-    if isinstance(dst, ZarrFrame):
-        unit = tuple(dst.arr.metadata.chunk_shape[a] for a in dst.axes[:3])  # shard or chunk
-    else:
-        vol = dst.vol
-        if vol.sharding is None:
-            unit = vol.chunk_size
-        elif vol.shard_shape is not None:
-            unit = vol.shard_shape
-        else:
-            return _hashed_shard_tasks(vol, run, src_ep, dst_ep)
+    unit = dst.unit()
+    if unit is None:
+        assert isinstance(dst, PrecomputedFrame)  # (hashed shards)
+        return _hashed_shard_tasks(dst.vol, run, src_ep, dst_ep)
     block = _blocks(unit, g.size, g.voxel_bytes, TASK_BYTES)
     return [CopyTask(run, src_ep, dst_ep, box) for box in _boxes(g.voxel_offset, g.size, block)]
 
@@ -372,21 +276,39 @@ def _shape3(value: Sequence[int] | None, channels: int, name: str) -> Vec3 | Non
 
 def _create_precomputed(
     dst: str | KVStore,
-    g: Geometry,
+    scales: Sequence[Geometry],
     *,
     encoding: str | None,
     chunk_size: Vec3 | None,
     sharding: str | dict[str, Any] | None,
     overwrite: bool,
-) -> Volume:
+) -> list[Volume]:
+    """A new volume with one scale per geometry (each scale checked before anything is
+    written); a Volume on each."""
+    g = scales[0]
     encoding = (encoding or g.encoding).lower()
-    block = g.block_size if encoding == "compressed_segmentation" else None
-    return Volume.create(
-        dst, size=g.size, type=g.layer_type, data_type=g.dtype.name, num_channels=g.num_channels,
-        resolution=g.resolution, voxel_offset=g.voxel_offset, chunk_size=chunk_size or g.chunk_size,
-        encoding=encoding, compressed_segmentation_block_size=block, sharding=sharding,
-        overwrite=overwrite,
-    )  # fmt: skip
+    block = (g.block_size or (8, 8, 8)) if encoding == "compressed_segmentation" else None
+    params: list[dict[str, Any]] = [
+        {"resolution": s.resolution, "size": s.size, "voxel_offset": s.voxel_offset,
+         "chunk_size": chunk_size or s.chunk_size, "encoding": encoding,
+         "compressed_segmentation_block_size": block, "sharding": sharding}
+        for s in scales
+    ]  # fmt: skip
+    for p in params:
+        make_scale(**p, key=None, dtype=g.dtype, num_channels=g.num_channels)
+    vol = Volume.create(dst, type=g.layer_type, data_type=g.dtype.name,
+                        num_channels=g.num_channels, overwrite=overwrite, **params[0])
+    return [vol, *(vol.add_scale(**p) for p in params[1:])]
+
+
+def _zarr_chunks(g: Geometry, chunk_size: Vec3 | None, inner: Vec3 | None,
+                 sharding: str | None) -> tuple[Vec3 | None, Vec3]:
+    """(shard shape or None when unsharded, chunk shape) of a Zarr array written for ``g``:
+    chunks of the source's chunk size, shards of them up to about TASK_BYTES."""
+    if sharding is None:
+        return None, chunk_size or inner or g.chunk_size
+    inner3 = inner or g.chunk_size
+    return chunk_size or _blocks(inner3, g.size, g.voxel_bytes, TASK_BYTES), inner3
 
 
 def _create_zarr(
@@ -400,30 +322,75 @@ def _create_zarr(
     overwrite: bool,
 ) -> ZarrArray:
     c = g.num_channels
-    shape = (*g.size, c)
-    if sharding is None:
-        chunks, inner_shape = (*(chunk_size or inner or g.chunk_size), c), None
-    else:
-        inner3 = inner or g.chunk_size
-        shard3 = chunk_size or _blocks(inner3, g.size, g.voxel_bytes, TASK_BYTES)
-        chunks, inner_shape = (*shard3, c), (*inner3, c)
+    shard3, chunk3 = _zarr_chunks(g, chunk_size, inner, sharding)
+    chunks = (*(shard3 or chunk3), c)
+    inner_shape = None if shard3 is None else (*chunk3, c)
     return create_zarr(
-        dst, shape, g.dtype, chunks, inner_shape, codecs=codecs, fill_value=0,
+        dst, (*g.size, c), g.dtype, chunks, inner_shape, codecs=codecs, fill_value=0,
         dimension_names=["x", "y", "z", "c"], attributes=g.attributes(), overwrite=overwrite,
+    )  # fmt: skip
+
+
+def _create_ome(
+    dst: str | KVStore,
+    scales: Sequence[Geometry],
+    *,
+    chunk_size: Vec3 | None,
+    inner: Vec3 | None,
+    sharding: str | None,
+    codecs: Sequence[Codec | JSON] | None,
+    name: str | None,
+    overwrite: bool,
+) -> OmeZarrImage:
+    """A new OME-Zarr image with one level ("0", "1", ...) per geometry."""
+    chunking = [_zarr_chunks(g, chunk_size, inner, sharding) for g in scales]
+    return create_ome(
+        dst,
+        [Level(str(k), g.resolution, g.voxel_offset) for k, g in enumerate(scales)],
+        [g.size for g in scales],
+        dtype=scales[0].dtype, num_channels=scales[0].num_channels,
+        shard_shapes=[shard for shard, _ in chunking], chunk_shapes=[c for _, c in chunking],
+        codecs=codecs, array_attributes=[{ATTRIBUTE: g.kept()} for g in scales], name=name,
+        overwrite=overwrite,
     )  # fmt: skip
 
 
 def _output_format(dst: str | KVStore, fmt: str | None, existing: str | None) -> str:
     """The explicit format, else a ``zarr3://`` / ``precomputed://`` prefix, else what is
-    already stored at ``dst``, else "zarr3" for names ending in .zarr / .zarr3, else precomputed."""
+    already stored at ``dst``, else "ome-zarr" for names ending in .ome.zarr, "zarr3" for
+    names ending in .zarr / .zarr3, else precomputed."""
     prefix, rest = split_format(dst)
     fmt = check_format(fmt) or prefix or existing
     if fmt is None:
-        name = (rest if isinstance(rest, str) else rest.url).rstrip("/")
-        fmt = (
-            "zarr3" if posixpath.splitext(name)[1].lower() in (".zarr", ".zarr3") else "precomputed"
-        )
+        name = (rest if isinstance(rest, str) else rest.url).rstrip("/").lower()
+        if name.endswith(".ome.zarr"):
+            fmt = "ome-zarr"
+        elif posixpath.splitext(name)[1] in (".zarr", ".zarr3"):
+            fmt = "zarr3"
+        else:
+            fmt = "precomputed"
     return fmt
+
+
+def _sources(
+    fmt: str, url: str | KVStore, mip: int | str | Sequence[float] | None, out_format: str
+) -> list[tuple[Geometry, Endpoint]]:
+    """The scales to copy, each with its geometry: all of them between multiscale formats
+    (precomputed, OME-Zarr; not precomputed to precomputed) when ``mip`` is None, else
+    the one ``mip`` names (default the finest)."""
+    every = mip is None and (out_format == "ome-zarr" or (fmt, out_format) == ("ome-zarr",
+                                                                               "precomputed"))
+    if fmt == "precomputed":
+        vol = Volume(url, 0 if mip is None else mip)
+        vols = [vol.mip(k) for k in range(len(vol.mips))] if every else [vol]
+        return [(volume_geometry(v), Endpoint(fmt, url, v.scale.key)) for v in vols]
+    if fmt == "ome-zarr":
+        img = OmeZarrImage(url, 0 if mip is None else mip, mode="r")
+        imgs = [img.mip(k) for k in range(len(img.mips))] if every else [img]
+        return [(ome_geometry(i), Endpoint(fmt, url, i.scale.path)) for i in imgs]
+    if mip not in (None, 0):
+        raise InvalidArgumentError(f"a single Zarr array has one scale: mip {mip!r}")
+    return [(zarr_geometry(open_zarr(url, "r")), Endpoint(fmt, url))]
 
 
 # --------------------------------------------------------------------------- the copy
@@ -433,7 +400,7 @@ def copy(
     src: str | KVStore,
     dst: str | KVStore,
     *,
-    mip: int | str | Sequence[float] = 0,
+    mip: int | str | Sequence[float] | None = None,
     format: str | None = None,
     encoding: str | None = None,
     sharding: str | dict[str, Any] | None = "auto",
@@ -444,13 +411,19 @@ def copy(
     executor: Executor | None = None,
     progress: bool = True,
     overwrite: bool = False,
-) -> Volume | ZarrArray:
-    """Copy a precomputed scale (``mip``) or a 3-/4-D Zarr v3 array at ``src`` to ``dst``.
+) -> Volume | ZarrArray | OmeZarrImage:
+    """Copy a precomputed volume, a 3-/4-D Zarr v3 array or an OME-Zarr 0.5 image at
+    ``src`` to ``dst``.
 
-    ``format`` of the output: "precomputed" or "zarr3"; default: a
+    Scales: between precomputed and OME-Zarr (either way, and OME-Zarr to OME-Zarr)
+    every scale is copied; otherwise the finest.  ``mip`` (index, key/path or
+    resolution) copies that scale alone.
+
+    ``format`` of the output: "precomputed", "zarr3" or "ome-zarr"; default: a
     ``zarr3://``/``precomputed://`` prefix of ``dst``, else the format already
-    at ``dst`` (replaced only with ``overwrite=True``), else "zarr3" when ``dst``
-    ends in ``.zarr``/``.zarr3``, else "precomputed".
+    at ``dst`` (replaced only with ``overwrite=True``), else "ome-zarr" when ``dst``
+    ends in ``.ome.zarr``, "zarr3" when it ends in ``.zarr``/``.zarr3``, else
+    "precomputed".
 
     Precomputed output: ``encoding`` (default: the source's), ``chunk_size``
     (x, y, z; default the source's chunk size), ``sharding`` "auto" (aligned
@@ -458,8 +431,9 @@ def copy(
     the gzip level of gzip-encoded shard data (default 6).  The resolution, voxel
     offset, layer type and data type are the source's.
 
-    Zarr output (axes x, y, z, c): ``inner_chunk_shape`` (default: the source's
-    chunk size), ``chunk_size`` the shard shape (default: the inner chunk
+    Zarr output (a single array with axes x, y, z, c; or an OME-Zarr image whose
+    arrays have axes [c,] z, y, x): ``inner_chunk_shape`` (x, y, z; default: the
+    source's chunk size), ``chunk_size`` the shard shape (default: the inner chunk
     doubled along x, y, z up to about 64 MiB), ``sharding`` "auto" (sharded) or
     None (unsharded, chunks of ``chunk_size``), ``codecs`` the inner chunk
     codecs (default bytes + zstd).
@@ -467,7 +441,8 @@ def copy(
     ``executor``: None runs the tasks on a thread pool here; any
     ``concurrent.futures.Executor`` (a process pool, a Dask client's
     ``get_executor()``) works when both URLs are reachable from its workers.
-    Returns the opened output.
+    Everything about the source is read and checked before anything is written.
+    Returns the opened output (its finest scale).
     """
     if compress_level is not None:
         check_level(compress_level)
@@ -477,6 +452,7 @@ def copy(
         from shardvol.formats import open as open_any
 
         open_any(src)  # raises InfoError naming what was looked for
+    assert src_format is not None
     existing = detect_format(dst)
     out_format = _output_format(dst, format, existing)
     _, dst_rest = split_format(dst)
@@ -493,26 +469,21 @@ def copy(
     if _location(src_rest) == _location(dst_rest):
         raise InvalidArgumentError(f"source and destination are the same: {_url(src_rest)}")
 
-    if src_format == "precomputed":
-        vol = Volume(src_rest, mip)
-        geometry = volume_geometry(vol)
-        src_ep = Endpoint("precomputed", src_rest, vol.scale.key)
-    else:
-        geometry = zarr_geometry(open_zarr(src_rest, "r"))
-        src_ep = Endpoint("zarr3", src_rest)
-    c = geometry.num_channels
+    sources = _sources(src_format, src_rest, mip, out_format)
+    scales = [g for g, _ in sources]
+    c = scales[0].num_channels
     chunk3 = _shape3(chunk_size, c, "chunk_size")
     inner3 = _shape3(inner_chunk_shape, c, "inner_chunk_shape")
 
-    out: Volume | ZarrArray
+    frames: list[Frame]
     if out_format == "precomputed":
         _reject(inner_chunk_shape=inner_chunk_shape, codecs=codecs, why="precomputed output")
-        out = _create_precomputed(
-            dst_rest, geometry, encoding=encoding, chunk_size=chunk3, sharding=sharding,
+        vols = _create_precomputed(
+            dst_rest, scales, encoding=encoding, chunk_size=chunk3, sharding=sharding,
             overwrite=overwrite,
         )  # fmt: skip
-        dst_ep = Endpoint("precomputed", dst_rest, out.scale.key, compress_level)
-        frame: PrecomputedFrame | ZarrFrame = PrecomputedFrame(out)
+        dst_eps = [Endpoint("precomputed", dst_rest, v.scale.key, compress_level) for v in vols]
+        frames = [PrecomputedFrame(v) for v in vols]
     else:
         _reject(encoding=encoding, compress_level=compress_level, why="Zarr output (use codecs=)")
         if sharding not in ("auto", None):
@@ -520,18 +491,34 @@ def copy(
                 "sharding for Zarr output is 'auto' (sharded) or None (unsharded), "
                 f"got {sharding!r}"
             )
-        out = _create_zarr(
-            dst_rest, geometry, chunk_size=chunk3, inner=inner3, sharding=sharding, codecs=codecs,
-            overwrite=overwrite,
-        )  # fmt: skip
-        dst_ep = Endpoint("zarr3", dst_rest)
-        frame = ZarrFrame(out)
+        zarr_options: dict[str, Any] = {"chunk_size": chunk3, "inner": inner3,
+                                        "sharding": sharding, "codecs": codecs,
+                                        "overwrite": overwrite}  # fmt: skip
+        if out_format == "zarr3":
+            arr = _create_zarr(dst_rest, scales[0], **zarr_options)
+            dst_eps, frames = [Endpoint("zarr3", dst_rest)], [ZarrFrame(arr)]
+        else:
+            img = _create_ome(dst_rest, scales, name=_name(src_rest), **zarr_options)
+            levels = [img.mip(k) for k in range(len(img.mips))]
+            dst_eps = [Endpoint("ome-zarr", dst_rest, lv.scale.path) for lv in levels]
+            frames = [OmeFrame(lv) for lv in levels]
     run = uuid.uuid4().hex
-    tasks = plan(geometry, frame, run, src_ep, dst_ep)
+    tasks = [
+        task
+        for (g, src_ep), frame, dst_ep in zip(sources, frames, dst_eps)
+        for task in plan(g, frame, run, src_ep, dst_ep)
+    ]
     desc = f"copy -> {out_format}"
     run_tasks(run_copy_task, tasks, executor, progress=progress, desc=desc)
     _opened.cache_clear()
-    return Volume(dst_rest) if out_format == "precomputed" else open_zarr(dst_rest)
+    if out_format == "precomputed":
+        return Volume(dst_rest)
+    return open_zarr(dst_rest) if out_format == "zarr3" else OmeZarrImage(dst_rest)
+
+
+def _name(url_or_store: str | KVStore) -> str | None:
+    """A name for the image: the last component of the source's location."""
+    return posixpath.basename(_url(url_or_store).rstrip("/")) or None
 
 
 def _url(url_or_store: str | KVStore) -> str:

@@ -412,7 +412,7 @@ class ZarrChunkStore(ChunkStore[str]):
         for coord, value in put.items():
             chunks[self._linear(tuple(coord))] = value
         if chunks:
-            self.kv.set(unit, self.layout.join_shard(chunks))
+            self.kv.set_parts(unit, self.layout.shard_parts(chunks))
         else:
             self.kv.delete(unit)
         self.shard_index_cache.discard(unit)  # (a stale entry would only cost a retry)

@@ -176,6 +176,13 @@ class ShardLayout:
 
     def join_shard(self, chunks: Mapping[int, bytes | memoryview]) -> bytes:
         """Shard bytes holding ``chunks`` (linear number -> encoded inner chunk), C order."""
+        return b"".join(self.shard_parts(chunks))
+
+    def shard_parts(
+        self, chunks: Mapping[int, bytes | memoryview]
+    ) -> list[bytes | memoryview]:
+        """The pieces whose concatenation is :meth:`join_shard`'s (the chunks and the index),
+        for stores that write them without joining them."""
         offsets = np.full(self.n_chunks, EMPTY, np.uint64)
         nbytes = np.full(self.n_chunks, EMPTY, np.uint64)
         pos = self.index_nbytes if self.index_at_start else 0
@@ -188,7 +195,7 @@ class ShardLayout:
             pos += len(part)
             parts.append(part)
         index = self.encode_index(ShardIndex(offsets, nbytes))
-        return b"".join([index, *parts] if self.index_at_start else [*parts, index])
+        return [index, *parts] if self.index_at_start else [*parts, index]
 
     # ----------------------------------------------------------------- geometry
 
