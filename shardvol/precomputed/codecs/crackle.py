@@ -1,0 +1,106 @@
+"""crackle: the crack-code encoding of label volumes that igneous and CloudVolume write
+(one channel of uint8-64 labels), through the crackle-codec package
+(``pip install shardvol[segmentation]``).
+
+The package's decoder trusts its input, so a chunk is checked first: its header (and its
+CRC-8), its shape and label type against the volume's, every section's length against the
+stream's, and the CRC-32C checksums of the z index and the labels.  Only format version 1
+(the one with checksums, written by crackle-codec since 2024) is read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from crc32c import crc32c
+
+from shardvol.errors import ChunkDecodeError, ChunkEncodeError
+from shardvol.precomputed.codecs._labels import LabelCodec, import_package
+from shardvol.precomputed.codecs.base import Shape4, deliver
+
+_HEADER_BYTES = 29
+
+
+class CrackleCodec(LabelCodec):
+    """The ``crackle`` encoding (format version 1)."""
+
+    encoding = "crackle"
+    max_axis = 2**32 - 1  # the header's 32-bit sizes
+
+    def ensure_encoder(self) -> None:
+        import_package("crackle", "crackle-codec", self.encoding)
+
+    def _encode(self, array: np.ndarray) -> bytes:
+        crackle = import_package("crackle", "crackle-codec", self.encoding)
+        try:
+            return crackle.compress(self._labels(array), parallel=1)
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise ChunkEncodeError(
+                f"crackle: cannot encode a chunk of shape {array.shape[:3]}: {e}") from e
+
+    def _decode(
+        self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
+    ) -> np.ndarray:
+        crackle = import_package("crackle", "crackle-codec", self.encoding)
+        stream = bytes(data)
+        check_stream(stream, shape[:3], self.dtype, where)
+        try:
+            labels = crackle.decompress(stream, parallel=1)
+        except Exception as e:  # the package raises its own FormatError, RuntimeError, ...
+            raise ChunkDecodeError(f"{where}: corrupt crackle chunk: {e}") from e
+        return deliver(self._check_decoded(labels, shape, where), out)
+
+
+def check_stream(data: bytes, shape: tuple[int, ...], dtype: np.dtype, where: str) -> None:
+    """Raise ChunkDecodeError unless ``data`` is a whole, intact crackle (version 1) stream
+    of a chunk of ``shape`` (x, y, z) voxels of ``dtype``."""
+
+    def corrupt(why: str) -> ChunkDecodeError:
+        return ChunkDecodeError(f"{where}: corrupt crackle chunk: {why}")
+
+    n = len(data)
+    if n < _HEADER_BYTES:
+        raise corrupt(f"{n} bytes, shorter than the {_HEADER_BYTES}-byte header")
+    if data[:4] != b"crkl":
+        raise corrupt(f"not crackle data (starts with {data[:4]!r})")
+    if data[4] != 1:
+        raise corrupt(f"format version {data[4]}; only version 1 (with checksums) is read")
+    if _crc8(data[5:28]) != data[28]:
+        raise corrupt("the header's CRC-8 does not match")
+    fmt = int.from_bytes(data[5:7], "little")
+    width, stored_width = 1 << (fmt & 3), 1 << ((fmt >> 2) & 3)
+    label_format, signed, markov_order = (fmt >> 5) & 3, (fmt >> 8) & 1, (fmt >> 9) & 15
+    sizes = tuple(int.from_bytes(data[i : i + 4], "little") for i in (7, 11, 15))
+    if sizes != tuple(shape):
+        raise corrupt(f"the stream's chunk is {sizes}, the volume's {tuple(shape)}")
+    if width != dtype.itemsize or signed or stored_width > width or label_format > 2:
+        raise corrupt(
+            f"the stream holds {'signed' if signed else 'unsigned'} {8 * width}-bit labels "
+            f"(stored in {8 * stored_width} bits, label format {label_format}), the volume "
+            f"{dtype.name}")
+    sz = sizes[2]
+    label_bytes = int.from_bytes(data[20:28], "little")
+    index_end = _HEADER_BYTES + 4 * (sz + 1)
+    if n < index_end + 4 * (sz + 1):
+        raise corrupt(f"{n} bytes, too short for the z index of {sz} slices")
+    index = data[_HEADER_BYTES : index_end - 4]
+    if crc32c(index) != int.from_bytes(data[index_end - 4 : index_end], "little"):
+        raise corrupt("the z index's CRC-32C does not match")
+    crack_bytes = int(np.frombuffer(index, "<u4").sum(dtype=np.uint64))
+    markov_bytes = ((4**markov_order) * 5 + 4) // 8 if markov_order else 0
+    expected = index_end + label_bytes + markov_bytes + crack_bytes + 4 * (sz + 1)
+    if n != expected:
+        raise corrupt(f"{n} bytes where its sections add up to {expected}")
+    labels = data[index_end : index_end + label_bytes]
+    crc_at = n - 4 * (sz + 1)
+    if crc32c(labels) != int.from_bytes(data[crc_at : crc_at + 4], "little"):
+        raise corrupt("the labels' CRC-32C does not match")
+
+
+def _crc8(data: bytes) -> int:
+    """crackle's header checksum: CRC-8, polynomial 0xE7 (reflected), initial value 0xFF."""
+    crc = 0xFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xE7 if crc & 1 else crc >> 1
+    return crc
