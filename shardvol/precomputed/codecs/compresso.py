@@ -27,8 +27,11 @@ class CompressoCodec(LabelCodec):
 
     def _encode(self, array: np.ndarray) -> bytes:
         compresso = import_package("compresso", "compresso", self.encoding)
+        labels = self._labels(array)
+        if not labels.flags.writeable:  # (the package takes writable buffers only)
+            labels = labels.copy(order="F")
         try:
-            return compresso.compress(self._labels(array))
+            return compresso.compress(labels)
         except (compresso.EncodeError, RuntimeError, TypeError) as e:
             raise ChunkEncodeError(
                 f"compresso: cannot encode a chunk of shape {array.shape[:3]}: {e}") from e
