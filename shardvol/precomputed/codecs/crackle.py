@@ -2,10 +2,13 @@
 (one channel of uint8-64 labels), through the crackle-codec package
 (``pip install shardvol[segmentation]``).
 
-The package's decoder trusts its input, so a chunk is checked first: its header (and its
-CRC-8), its shape and label type against the volume's, every section's length against the
-stream's, and the CRC-32C checksums of the z index and the labels.  Only format version 1
-(the one with checksums, written by crackle-codec since 2024) is read.
+The package's decoder trusts its input (damaged crack codes make it read and write outside
+its buffers, or return uninitialised memory), so a chunk is checked first: its header (and
+its CRC-8), its shape and label type against the volume's, every section's length against
+the stream's, the CRC-32C checksums of the z index and the labels, and every slice's crack
+code (csrc/crackle_check.c: it stays inside the slice and yields the components whose
+CRC-32C the stream stores).  Only format version 1 (the one with checksums) without a
+Markov model (CloudVolume's and crackle-codec's default) is read.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from crc32c import crc32c
 
+from shardvol._ext.crackle_check import check_crack_codes
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError
 from shardvol.precomputed.codecs._labels import LabelCodec, import_package
 from shardvol.precomputed.codecs.base import Shape4, deliver
@@ -94,6 +98,12 @@ def check_stream(data: bytes, shape: tuple[int, ...], dtype: np.dtype, where: st
     crc_at = n - 4 * (sz + 1)
     if crc32c(labels) != int.from_bytes(data[crc_at : crc_at + 4], "little"):
         raise corrupt("the labels' CRC-32C does not match")
+    if markov_order:
+        raise corrupt(f"its crack codes use a Markov model (order {markov_order}), which "
+                      "shardvol cannot check before decoding; such chunks are not read")
+    sx, sy = sizes[0], sizes[1]
+    check_crack_codes(data, index_end + label_bytes, _HEADER_BYTES, n - 4 * sz, sx, sy, sz,
+                      bool((fmt >> 4) & 1), where)
 
 
 def _crc8(data: bytes) -> int:
