@@ -356,8 +356,97 @@ walked:
     return SV_OK;
 }
 
+/* ---- flat labels ------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t *uniq, *map; /* the labels; the label index of every component */
+    uint64_t num_labels;
+    size_t map_width;
+    const uint8_t *counts;     /* components per slice */
+    size_t count_width;
+    uint64_t *slice_map;       /* a slice's component -> label */
+} flat_layout;
+
+static int flat_parse(const sv_crkl_flat *f, size_t sx, size_t sy, size_t sz, flat_layout *L,
+                      sv_crkl_error *err) {
+    const size_t len = f->labels_len, sw = f->stored_bytes;
+    err->reason = SV_CRKL_LABELS;
+    err->limit = len;
+    if (len < 8) return SV_ERR_CORRUPT;
+    L->num_labels = ld_le(f->labels, 8);
+    if (L->num_labels > (len - 8) / sw) return SV_ERR_CORRUPT;
+    L->uniq = f->labels + 8;
+    L->count_width = byte_width((uint64_t)sx * sy);
+    size_t at = 8 + sw * (size_t)L->num_labels;
+    if (sz > (len - at) / L->count_width) return SV_ERR_CORRUPT;
+    L->counts = f->labels + at;
+    at += L->count_width * sz;
+    L->map_width = byte_width(L->num_labels);
+    uint64_t total = 0;
+    for (size_t z = 0; z < sz; z++) total += ld_le(L->counts + z * L->count_width, L->count_width);
+    if (total > (len - at) / L->map_width || at + total * L->map_width != len) {
+        err->value = at + total * L->map_width;
+        return SV_ERR_CORRUPT;
+    }
+    L->map = f->labels + at;
+    err->reason = SV_CRKL_NO_ERROR;
+    err->limit = 0;
+    return SV_OK;
+}
+
+#define DEFINE_FILL(T, W)                                                                      \
+    static void fill_##W(const sv_crkl_flat *f, const uint32_t *cc, const uint64_t *map,      \
+                         size_t sx, size_t sy, size_t z) {                                     \
+        T *base = (T *)f->out + (ptrdiff_t)z * f->strides[2];                                  \
+        const ptrdiff_t s0 = f->strides[0], s1 = f->strides[1];                                \
+        for (size_t y = 0; y < sy; y++) {                                                      \
+            T *row = base + (ptrdiff_t)y * s1;                                                 \
+            const uint32_t *c = cc + y * sx;                                                   \
+            for (size_t x = 0; x < sx; x++) row[(ptrdiff_t)x * s0] = (T)map[c[x]];             \
+        }                                                                                      \
+    }
+DEFINE_FILL(uint8_t, 1)
+DEFINE_FILL(uint16_t, 2)
+DEFINE_FILL(uint32_t, 4)
+DEFINE_FILL(uint64_t, 8)
+
+/* Slice z's labels (its components are checked): components -> label -> out. */
+static int flat_slice(const sv_crkl_flat *f, flat_layout *L, const work *w, uint64_t *first,
+                      size_t sx, size_t sy, size_t z, sv_crkl_error *err) {
+    const size_t n = sx * sy;
+    uint32_t most = 0;
+    for (size_t i = 0; i < n; i++)
+        if (w->labels[i] > most) most = w->labels[i];
+    const uint64_t count = ld_le(L->counts + z * L->count_width, L->count_width);
+    if ((uint64_t)most + 1 != count) {
+        err->reason = SV_CRKL_COMPONENTS;
+        err->value = (uint64_t)most + 1;
+        err->limit = count;
+        return SV_ERR_CORRUPT;
+    }
+    for (uint64_t k = 0; k < count; k++) {
+        const uint64_t index = ld_le(L->map + (*first + k) * L->map_width, L->map_width);
+        if (index >= L->num_labels) {
+            err->reason = SV_CRKL_LABEL_INDEX;
+            err->value = index;
+            err->limit = L->num_labels;
+            return SV_ERR_CORRUPT;
+        }
+        L->slice_map[k] = ld_le(L->uniq + index * f->stored_bytes, f->stored_bytes);
+    }
+    *first += count;
+    switch (f->label_bytes) {
+    case 1: fill_1(f, w->labels, L->slice_map, sx, sy, z); break;
+    case 2: fill_2(f, w->labels, L->slice_map, sx, sy, z); break;
+    case 4: fill_4(f, w->labels, L->slice_map, sx, sy, z); break;
+    default: fill_8(f, w->labels, L->slice_map, sx, sy, z); break;
+    }
+    return SV_OK;
+}
+
 int sv_crkl_check(const uint8_t *codes, const uint8_t *sizes, const uint8_t *crcs, size_t sx,
-                  size_t sy, size_t sz, int permissible, sv_crkl_error *err) {
+                  size_t sy, size_t sz, int permissible, const sv_crkl_flat *flat,
+                  sv_crkl_error *err) {
     memset(err, 0, sizeof *err);
     if (sx == 0 || sy == 0 || sx > 65534 || sy > 65534) return SV_ERR_ARGUMENT;
     crc_init();
@@ -368,6 +457,13 @@ int sv_crkl_check(const uint8_t *codes, const uint8_t *sizes, const uint8_t *crc
     w.ids = malloc((n + 2) * sizeof *w.ids);
     w.renumber = malloc((n + 2) * sizeof *w.renumber);
     int rc = w.vcg && w.labels && w.ids && w.renumber ? SV_OK : SV_ERR_NOMEM;
+    flat_layout L = {0};
+    uint64_t first = 0;
+    if (rc == SV_OK && flat) {
+        if (flat->label_bytes < flat->stored_bytes || !flat->out) rc = SV_ERR_ARGUMENT;
+        if (rc == SV_OK) rc = flat_parse(flat, sx, sy, sz, &L, err);
+        if (rc == SV_OK && !(L.slice_map = malloc(n * sizeof *L.slice_map))) rc = SV_ERR_NOMEM;
+    }
     const uint8_t *code = codes;
     for (size_t z = 0; z < sz && rc == SV_OK; z++) {
         const size_t size = (size_t)ld_le(sizes + 4 * z, 4);
@@ -376,9 +472,11 @@ int sv_crkl_check(const uint8_t *codes, const uint8_t *sizes, const uint8_t *crc
             err->reason = SV_CRKL_CRC;
             rc = SV_ERR_CORRUPT;
         }
+        if (rc == SV_OK && flat) rc = flat_slice(flat, &L, &w, &first, sx, sy, z, err);
         if (rc != SV_OK) err->z = z;
         code += size;
     }
+    free(L.slice_map);
     free(w.vcg);
     free(w.labels);
     free(w.ids);

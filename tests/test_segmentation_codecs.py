@@ -215,12 +215,15 @@ def test_missing_package_names_the_extra(tmp_path, monkeypatch, encoding):
     assert not (tmp_path / "w").exists()
     with pytest.raises(UnsupportedCodecError, match=r"shardvol\[segmentation\]"):
         vol[0:8, 0:8, 0:8] = 1
+    # decoded by shardvol's own decoders (compresso; crackle's flat labels): no package needed
     reopened = shardvol.Volume(str(tmp_path / "v"))
-    if encoding == "compresso":  # decoded by shardvol's own decoder: no package needed
-        np.testing.assert_array_equal(reopened[...][..., 0], data)
-    else:
+    np.testing.assert_array_equal(reopened[...][..., 0], data)
+    if encoding == "crackle":  # chunks with pins are decoded by the package
+        pins = crackle.compress(np.asfortranarray(data), allow_pins=1)  # (imported above)
+        assert (pins[5] >> 5) & 3 == 2
+        (tmp_path / "v" / vol.scale.key / "0-20_0-20_0-20").write_bytes(pins)
         with pytest.raises(UnsupportedCodecError, match=r"shardvol\[segmentation\]"):
-            reopened[...]
+            shardvol.Volume(str(tmp_path / "v"))[...]
 
 
 # -- corrupt chunks --------------------------------------------------------------------------

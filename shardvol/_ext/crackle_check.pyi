@@ -1,4 +1,6 @@
-"""The crack-code check of crackle streams (csrc/crackle_check.h)."""
+"""The crack-code check and flat-label decoding of crackle streams (csrc/crackle_check.h)."""
+
+import numpy as np
 
 def check_crack_codes(
     data: bytes | memoryview,
@@ -10,4 +12,8 @@ def check_crack_codes(
     sz: int,
     permissible: bool,
     context: str = "",
+    out: np.ndarray | None = None,
+    labels_at: int = 0,
+    labels_len: int = 0,
+    stored_bytes: int = 0,
 ) -> None: ...

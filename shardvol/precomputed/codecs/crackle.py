@@ -7,8 +7,11 @@ its buffers, or return uninitialised memory), so a chunk is checked first: its h
 its CRC-8), its shape and label type against the volume's, every section's length against
 the stream's, the CRC-32C checksums of the z index and the labels, and every slice's crack
 code (csrc/crackle_check.c: it stays inside the slice and yields the components whose
-CRC-32C the stream stores).  Only format version 1 (the one with checksums) without a
-Markov model (CloudVolume's and crackle-codec's default) is read.
+CRC-32C the stream stores).  That check finds each slice's components, so chunks of flat
+labels (what CloudVolume and the package write by default) are then decoded by it straight
+into the output, GIL released, without the package; chunks with pins are decoded by the
+package.  Only format version 1 (the one with checksums) without a Markov model (the
+default) is read.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from crc32c import crc32c
 from shardvol._ext.crackle_check import check_crack_codes
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError
 from shardvol.precomputed.codecs._labels import LabelCodec, import_package
-from shardvol.precomputed.codecs.base import Shape4, deliver
+from shardvol.precomputed.codecs.base import Shape4, fortran_empty
 
 _HEADER_BYTES = 29
 
@@ -44,19 +47,28 @@ class CrackleCodec(LabelCodec):
     def _decode(
         self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
     ) -> np.ndarray:
+        target = fortran_empty(shape, self.dtype) if out is None else out
+        if any(s % target.itemsize for s in target.strides):  # exotic view: decode, then copy
+            np.copyto(target, self._decode(data, shape, None, where))
+            return target
+        if check_stream(data, shape[:3], self.dtype, where, target[..., 0]):
+            return target  # flat labels: decoded by the check
         crackle = import_package("crackle", "crackle-codec", self.encoding)
-        stream = bytes(data)
-        check_stream(stream, shape[:3], self.dtype, where)
-        try:
-            labels = crackle.decompress(stream, parallel=1)
+        try:  # (pins: checked, decoded by the package)
+            labels = crackle.decompress(bytes(data), parallel=1)
         except Exception as e:  # the package raises its own FormatError, RuntimeError, ...
             raise ChunkDecodeError(f"{where}: corrupt crackle chunk: {e}") from e
-        return deliver(self._check_decoded(labels, shape, where), out)
+        np.copyto(target, self._check_decoded(labels, shape, where))
+        return target
 
 
-def check_stream(data: bytes, shape: tuple[int, ...], dtype: np.dtype, where: str) -> None:
+def check_stream(
+    data: bytes | memoryview, shape: tuple[int, ...], dtype: np.dtype, where: str,
+    out: np.ndarray | None = None,
+) -> bool:
     """Raise ChunkDecodeError unless ``data`` is a whole, intact crackle (version 1) stream
-    of a chunk of ``shape`` (x, y, z) voxels of ``dtype``."""
+    of a chunk of ``shape`` (x, y, z) voxels of ``dtype``.  A stream of flat labels is also
+    decoded into ``out`` (if given, an (x, y, z) view): returns whether it was."""
 
     def corrupt(why: str) -> ChunkDecodeError:
         return ChunkDecodeError(f"{where}: corrupt crackle chunk: {why}")
@@ -102,11 +114,14 @@ def check_stream(data: bytes, shape: tuple[int, ...], dtype: np.dtype, where: st
         raise corrupt(f"its crack codes use a Markov model (order {markov_order}), which "
                       "shardvol cannot check before decoding; such chunks are not read")
     sx, sy = sizes[0], sizes[1]
+    flat = out is not None and label_format == 0
     check_crack_codes(data, index_end + label_bytes, _HEADER_BYTES, n - 4 * sz, sx, sy, sz,
-                      bool((fmt >> 4) & 1), where)
+                      bool((fmt >> 4) & 1), where, out if flat else None, index_end, label_bytes,
+                      stored_width)
+    return flat
 
 
-def _crc8(data: bytes) -> int:
+def _crc8(data: bytes | memoryview) -> int:
     """crackle's header checksum: CRC-8, polynomial 0xE7 (reflected), initial value 0xFF."""
     crc = 0xFF
     for byte in data:
