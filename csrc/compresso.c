@@ -389,3 +389,229 @@ int sv_cpso_decode(const uint8_t *data, size_t len, size_t label_bytes, const si
     default: return fill_boundaries_8(&P, out, err);
     }
 }
+
+/* ---- the encoder -------------------------------------------------------------------------- */
+
+void sv_cpso_free(void *p) { free(p); }
+
+static void st_le(uint8_t *p, uint64_t v, size_t w) {
+    for (size_t i = 0; i < w; i++, v >>= 8) p[i] = (uint8_t)v;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The labels as uint64 in x-fastest order (any strides, any width). */
+#define DEFINE_GATHER(T, W)                                                                    \
+    static void gather_##W(const void *in, const size_t shape[3], const ptrdiff_t s[3],       \
+                           uint64_t *dst) {                                                    \
+        const T *base = in;                                                                    \
+        for (size_t z = 0; z < shape[2]; z++)                                                  \
+            for (size_t y = 0; y < shape[1]; y++) {                                            \
+                const T *row = base + (ptrdiff_t)y * s[1] + (ptrdiff_t)z * s[2];               \
+                for (size_t x = 0; x < shape[0]; x++) *dst++ = row[(ptrdiff_t)x * s[0]];       \
+            }                                                                                  \
+    }
+DEFINE_GATHER(uint8_t, 1)
+DEFINE_GATHER(uint16_t, 2)
+DEFINE_GATHER(uint32_t, 4)
+DEFINE_GATHER(uint64_t, 8)
+
+/* Window of every block (bit x%xs + xs*(y%ys) set for boundary voxels), steps (xs, ys, 1). */
+static void block_windows(const uint8_t *bnd, size_t sx, size_t sy, size_t sz, size_t xs,
+                          size_t ys, uint64_t *win) {
+    const size_t nx = (sx + xs - 1) / xs, ny = (sy + ys - 1) / ys;
+    memset(win, 0, nx * ny * sz * sizeof *win);
+    size_t loc = 0;
+    for (size_t z = 0; z < sz; z++)
+        for (size_t y = 0; y < sy; y++) {
+            uint64_t *row = win + nx * (y / ys) + nx * ny * z;
+            const size_t yo = xs * (y % ys);
+            for (size_t x = 0; x < sx; x++, loc++)
+                if (bnd[loc]) row[x / xs] |= (uint64_t)1 << (yo + x % xs);
+        }
+}
+
+int sv_cpso_encode(const void *in, size_t label_bytes, const size_t shape[3],
+                   const ptrdiff_t in_strides[3], uint8_t **out, size_t *out_len) {
+    *out = NULL;
+    *out_len = 0;
+    const size_t need_scratch = sv_cpso_scratch_bytes(shape);
+    if ((label_bytes != 1 && label_bytes != 2 && label_bytes != 4 && label_bytes != 8) ||
+        need_scratch == 0)
+        return SV_ERR_ARGUMENT;
+    const size_t sx = shape[0], sy = shape[1], sz = shape[2], sxy = sx * sy, n = sxy * sz;
+    const size_t W = label_bytes;
+    const uint64_t top = W == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * W)) - 1;
+    int rc = SV_ERR_NOMEM;
+    uint64_t *lab = malloc(n * sizeof *lab);
+    uint8_t *scratch = malloc(need_scratch);
+    uint64_t *ids = NULL, *locs = NULL, *win = NULL, *values = NULL, *rle = NULL;
+    uint32_t *table = NULL;
+    uint64_t *zcomp = calloc(sz, sizeof *zcomp), *zloc = calloc(sz, sizeof *zloc);
+    if (!lab || !scratch || !zcomp || !zloc) goto done;
+    switch (W) {
+    case 1: gather_1(in, shape, in_strides, lab); break;
+    case 2: gather_2(in, shape, in_strides, lab); break;
+    case 4: gather_4(in, shape, in_strides, lab); break;
+    default: gather_8(in, shape, in_strides, lab); break;
+    }
+    /* boundaries: a label other than the +x or +y neighbour's */
+    uint8_t *bnd = scratch;
+    uint32_t *comp = (uint32_t *)(scratch + align8(n));
+    uint32_t *parent = (uint32_t *)((uint8_t *)comp + align8(4 * n));
+    for (size_t z = 0, i = 0; z < sz; z++)
+        for (size_t y = 0; y < sy; y++)
+            for (size_t x = 0; x < sx; x++, i++)
+                bnd[i] = (uint8_t)((x + 1 < sx && lab[i] != lab[i + 1]) ||
+                                   (y + 1 < sy && lab[i] != lab[i + sx]));
+    /* components per slice; the id of each is its voxels' label */
+    uint64_t ncomp = 0;
+    for (size_t z = 0; z < sz; z++) {
+        const uint64_t c = label_components(bnd + z * sxy, comp + z * sxy, parent, sx, sy, 1, 0,
+                                            (uint32_t)(ncomp + 1));
+        uint64_t *grown = realloc(ids, (ncomp + c + 1) * sizeof *ids);
+        if (!grown) goto done;
+        ids = grown;
+        for (size_t i = z * sxy; i < (z + 1) * sxy; i++)
+            if (comp[i]) ids[parent[comp[i]] - 1] = lab[i];
+        zcomp[z] = c;
+        ncomp += c;
+    }
+    /* locations of the boundary voxels no -x / -y neighbour labels */
+    size_t nlocs = 0, cap = 1024;
+    locs = malloc(cap * sizeof *locs);
+    if (!locs) goto done;
+    for (size_t z = 0, i = 0; z < sz; z++) {
+        zloc[z] = nlocs;
+        for (size_t y = 0; y < sy; y++)
+            for (size_t x = 0; x < sx; x++, i++) {
+                if (!bnd[i] || (x > 0 && !bnd[i - 1]) || (y > 0 && !bnd[i - sx])) continue;
+                if (nlocs + 2 > cap) {
+                    uint64_t *grown = realloc(locs, 2 * cap * sizeof *locs);
+                    if (!grown) goto done;
+                    locs = grown;
+                    cap *= 2;
+                }
+                const uint64_t v = lab[i];
+                if (x > 0 && !bnd[i - 1] && lab[i - 1] == v)
+                    locs[nlocs++] = 0;
+                else if (x + 1 < sx && !bnd[i + 1] && lab[i + 1] == v)
+                    locs[nlocs++] = 1;
+                else if (y > 0 && !bnd[i - sx] && lab[i - sx] == v)
+                    locs[nlocs++] = 2;
+                else if (y + 1 < sy && !bnd[i + sx] && lab[i + sx] == v)
+                    locs[nlocs++] = 3;
+                else if (v > top - 7) {
+                    locs[nlocs++] = 6;
+                    locs[nlocs++] = v;
+                } else {
+                    locs[nlocs++] = v + 7;
+                }
+            }
+    }
+    for (size_t z = sz - 1; z > 0; z--) zloc[z] -= zloc[z - 1]; /* difference coded */
+
+    /* windows: 4 x 4 x 1 (2-byte windows), or 8 x 8 x 1 (8-byte) when their indexes do not
+     * fit the run-length code */
+    size_t xs = 4, ys = 4, ww = 2, nblocks = 0, nvalues = 0, nrle = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt) xs = ys = 8, ww = 8;
+        const size_t nx = (sx + xs - 1) / xs, ny = (sy + ys - 1) / ys;
+        nblocks = nx * ny * sz;
+        free(win);
+        free(values);
+        win = malloc(nblocks * sizeof *win);
+        values = malloc(nblocks * sizeof *values);
+        if (!win || !values) goto done;
+        block_windows(bnd, sx, sy, sz, xs, ys, win);
+        nvalues = 0;
+        if (ww == 2) { /* 16-bit windows: their sorted distinct values and indexes by table */
+            free(table);
+            table = calloc(65536, sizeof *table);
+            if (!table) goto done;
+            for (size_t i = 0; i < nblocks; i++) table[win[i]] = 1;
+            for (uint32_t v = 0; v < 65536; v++)
+                if (table[v]) {
+                    table[v] = (uint32_t)nvalues;
+                    values[nvalues++] = v;
+                }
+        } else {
+            memcpy(values, win, nblocks * sizeof *values);
+            qsort(values, nblocks, sizeof *values, cmp_u64);
+            for (size_t i = 0; i < nblocks; i++)
+                if (i == 0 || values[i] != values[nvalues - 1]) values[nvalues++] = values[i];
+        }
+        const uint64_t max_run = ww == 8 ? UINT64_MAX / 2 : 0xFFFFu / 2;
+        if (nvalues - 1 > max_run) continue; /* (an index over max_run: 8 x 8 x 1) */
+        free(rle);
+        rle = malloc((nblocks + 1) * sizeof *rle);
+        if (!rle) goto done;
+        nrle = 0;
+        uint64_t zeros = 0;
+        for (size_t i = 0; i < nblocks; i++) {
+            const uint64_t index =
+                ww == 2 ? table[win[i]]
+                        : (uint64_t)((const uint64_t *)bsearch(&win[i], values, nvalues,
+                                                               sizeof *values, cmp_u64) -
+                                     values);
+            if (index == 0) {
+                if (++zeros == max_run) {
+                    rle[nrle++] = (zeros << 1) | 1;
+                    zeros = 0;
+                }
+                continue;
+            }
+            if (zeros) {
+                rle[nrle++] = (zeros << 1) | 1;
+                zeros = 0;
+            }
+            rle[nrle++] = index << 1;
+        }
+        if (zeros) rle[nrle++] = (zeros << 1) | 1;
+        break;
+    }
+
+    const size_t iw = index_width(sx, sy);
+    const size_t len = SV_CPSO_HEADER_BYTES + W * (size_t)ncomp + ww * nvalues + W * nlocs +
+                       ww * nrle + 2 * sz * iw;
+    uint8_t *buf = malloc(len);
+    if (!buf) goto done;
+    memcpy(buf, "cpso", 4);
+    buf[4] = 1;
+    buf[5] = (uint8_t)W;
+    st_le(buf + 6, sx, 2);
+    st_le(buf + 8, sy, 2);
+    st_le(buf + 10, sz, 2);
+    buf[12] = (uint8_t)xs;
+    buf[13] = (uint8_t)ys;
+    buf[14] = 1;
+    st_le(buf + 15, ncomp, 8);
+    st_le(buf + 23, nvalues, 4);
+    st_le(buf + 27, nlocs, 8);
+    buf[35] = 4;
+    uint8_t *p = buf + SV_CPSO_HEADER_BYTES;
+    for (uint64_t i = 0; i < ncomp; i++, p += W) st_le(p, ids[i], W);
+    for (size_t i = 0; i < nvalues; i++, p += ww) st_le(p, values[i], ww);
+    for (size_t i = 0; i < nlocs; i++, p += W) st_le(p, locs[i], W);
+    for (size_t i = 0; i < nrle; i++, p += ww) st_le(p, rle[i], ww);
+    for (size_t z = 0; z < sz; z++, p += iw) st_le(p, zcomp[z], iw);
+    for (size_t z = 0; z < sz; z++, p += iw) st_le(p, zloc[z], iw);
+    *out = buf;
+    *out_len = len;
+    rc = SV_OK;
+done:
+    free(lab);
+    free(scratch);
+    free(ids);
+    free(locs);
+    free(win);
+    free(values);
+    free(rle);
+    free(table);
+    free(zcomp);
+    free(zloc);
+    return rc;
+}

@@ -79,4 +79,16 @@ int sv_cpso_decode(const uint8_t *data, size_t len, size_t label_bytes, const si
                    void *out, const ptrdiff_t out_strides[3], void *scratch, size_t scratch_len,
                    sv_cpso_error *err);
 
+/* Encode a chunk of `shape` (x, y, z) voxels of `label_bytes` (1, 2, 4, 8) unsigned labels,
+ * voxel (x, y, z) at in + x*s[0] + y*s[1] + z*s[2] items (s = in_strides, any sign), as the
+ * compresso package's compress() does by default, byte for byte: format version 1 (with the
+ * z index), 4-connectivity, 4 x 4 x 1 windows, or 8 x 8 x 1 when more than 32767 distinct
+ * 4 x 4 x 1 windows occur.  *out (free with sv_cpso_free) gets *out_len bytes.
+ * Returns SV_OK, SV_ERR_ARGUMENT (bad label_bytes, or an axis over 65535 voxels) or
+ * SV_ERR_NOMEM. */
+int sv_cpso_encode(const void *in, size_t label_bytes, const size_t shape[3],
+                   const ptrdiff_t in_strides[3], uint8_t **out, size_t *out_len);
+
+void sv_cpso_free(void *p);
+
 #endif

@@ -31,7 +31,7 @@ DTYPES = ("uint8", "uint16", "uint32", "uint64")
 SIZE = (70, 45, 37)  # partial chunks at the upper edge of every axis
 CHUNK = (32, 32, 16)
 OFFSET = (3, 5, 7)
-PACKAGE = {"compresso": compresso.compress, "crackle": crackle.compress}
+PACKAGE = {"compresso": compresso.compress, "crackle": crackle.compress}  # CloudVolume's
 
 
 def labels(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
@@ -201,29 +201,55 @@ def test_info_refuses_what_the_encodings_cannot_hold(tmp_path, encoding, dtype, 
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
-def test_missing_package_names_the_extra(tmp_path, monkeypatch, encoding):
+def test_missing_package_names_the_extra(tmp_path, monkeypatch):
+    """crackle writes need crackle-codec (and so do reads of chunks with pins); compresso
+    and flat crackle chunks need no package."""
     data = labels((20, 20, 20), "uint32")
-    vol = shardvol.Volume.create(str(tmp_path / "v"), size=(20, 20, 20), data_type="uint32",
-                                 encoding=encoding)
-    vol[...] = data[..., None]
-    module = {"compresso": "compresso", "crackle": "crackle"}[encoding]
-    monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    vols = {}
+    for encoding in ENCODINGS:
+        vols[encoding] = shardvol.Volume.create(str(tmp_path / encoding), size=(20, 20, 20),
+                                                data_type="uint32", encoding=encoding)
+        vols[encoding][...] = data[..., None]
+    pins = crackle.compress(np.asfortranarray(data), allow_pins=1)
+    assert (pins[5] >> 5) & 3 == 2
+    monkeypatch.setitem(sys.modules, "crackle", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "compresso", None)
     with pytest.raises(UnsupportedCodecError, match=r"pip install shardvol\[segmentation\]"):
         shardvol.Volume.create(str(tmp_path / "w"), size=(8, 8, 8), data_type="uint32",
-                               encoding=encoding)
+                               encoding="crackle")
     assert not (tmp_path / "w").exists()
     with pytest.raises(UnsupportedCodecError, match=r"shardvol\[segmentation\]"):
-        vol[0:8, 0:8, 0:8] = 1
-    # decoded by shardvol's own decoders (compresso; crackle's flat labels): no package needed
-    reopened = shardvol.Volume(str(tmp_path / "v"))
-    np.testing.assert_array_equal(reopened[...][..., 0], data)
-    if encoding == "crackle":  # chunks with pins are decoded by the package
-        pins = crackle.compress(np.asfortranarray(data), allow_pins=1)  # (imported above)
-        assert (pins[5] >> 5) & 3 == 2
-        (tmp_path / "v" / vol.scale.key / "0-20_0-20_0-20").write_bytes(pins)
-        with pytest.raises(UnsupportedCodecError, match=r"shardvol\[segmentation\]"):
-            shardvol.Volume(str(tmp_path / "v"))[...]
+        vols["crackle"][0:8, 0:8, 0:8] = 1
+    for encoding in ENCODINGS:
+        np.testing.assert_array_equal(shardvol.Volume(str(tmp_path / encoding))[...][..., 0],
+                                      data)
+    (tmp_path / "crackle" / vols["crackle"].scale.key / "0-20_0-20_0-20").write_bytes(pins)
+    with pytest.raises(UnsupportedCodecError, match=r"shardvol\[segmentation\]"):
+        shardvol.Volume(str(tmp_path / "crackle"))[...]
+    vols["compresso"][0:8, 0:8, 0:8] = 1  # written by shardvol's own encoder
+    data[:8, :8, :8] = 1
+    np.testing.assert_array_equal(shardvol.Volume(str(tmp_path / "compresso"))[...][..., 0], data)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compresso_encoder_is_the_package_byte_for_byte(dtype):
+    """shardvol's compresso encoder writes what the compresso package writes (and so
+    CloudVolume): boxes, noise, labels near the type's top (escaped locations), strided and
+    C-ordered views, partial chunks."""
+    codec = get_codec("compresso", dtype=dtype, num_channels=1)
+    rng = np.random.default_rng(DTYPES.index(dtype))
+    top = np.iinfo(dtype).max
+    for shape in [(64, 64, 64), (37, 20, 9), (1, 1, 1), (100, 3, 2)]:
+        boxes = labels(shape, dtype, seed=len(shape) + shape[0])
+        noise = rng.integers(0, 3, shape).astype(dtype)
+        near_top = np.asarray(top, dtype) - rng.integers(0, 9, shape).astype(dtype)
+        high = np.where(rng.random(shape) < 0.3, near_top, 5).astype(dtype)
+        for a in (boxes, noise, high):
+            expected = compresso.compress(np.asfortranarray(a))
+            assert codec.encode(np.asfortranarray(a)[..., None]) == expected
+            big = np.zeros((shape[0] + 3, shape[1] + 1, shape[2] + 2, 1), dtype)  # C order
+            big[2:2 + shape[0], 1:, 1:1 + shape[2], 0] = a
+            assert codec.encode(big[2:2 + shape[0], 1:, 1:1 + shape[2]]) == expected
 
 
 # -- corrupt chunks --------------------------------------------------------------------------

@@ -29,6 +29,9 @@ cdef extern from "compresso.h" nogil:
         size_t voxel[3]
 
     size_t sv_cpso_scratch_bytes(const size_t shape[3])
+    int sv_cpso_encode(const void *input, size_t label_bytes, const size_t shape[3],
+                       const ptrdiff_t in_strides[3], uint8_t **out, size_t *out_len)
+    void sv_cpso_free(void *p)
     int sv_cpso_decode(const uint8_t *data, size_t len, size_t label_bytes, const size_t shape[3],
                        void *out, const ptrdiff_t out_strides[3], void *scratch,
                        size_t scratch_len, sv_cpso_error *err)

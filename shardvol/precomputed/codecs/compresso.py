@@ -1,9 +1,9 @@
 """compresso: the boundary-and-component encoding of label volumes (Matejek et al. 2017)
 that igneous and CloudVolume write (one channel of uint8-64 labels).
 
-Chunks are decoded by shardvol's own bounds-checked C decoder (csrc/compresso.c) straight
-into the output, with the GIL released, so reading needs no package; they are encoded by
-the compresso package (``pip install shardvol[segmentation]``), as CloudVolume encodes them.
+shardvol's own C codec (csrc/compresso.c) encodes chunks byte for byte as the compresso
+package does (CloudVolume's encoder) and decodes them, bounds-checked, straight into the
+output; both release the GIL, and neither needs the package.
 """
 
 from __future__ import annotations
@@ -11,30 +11,23 @@ from __future__ import annotations
 import numpy as np
 
 from shardvol._ext import compresso as _cpso
-from shardvol.errors import ChunkEncodeError
-from shardvol.precomputed.codecs._labels import LabelCodec, import_package
+from shardvol.precomputed.codecs._labels import LabelCodec
 from shardvol.precomputed.codecs.base import Shape4, fortran_empty
 
 
 class CompressoCodec(LabelCodec):
-    """The ``compresso`` encoding (format versions 0 and 1, 4- and 6-connectivity)."""
+    """The ``compresso`` encoding: writes format version 1 (4-connected, 4 x 4 x 1 windows,
+    8 x 8 x 1 for very fragmented chunks); reads versions 0 and 1, 4- and 6-connected."""
 
     encoding = "compresso"
     max_axis = 65535  # the header's 16-bit sizes
 
-    def ensure_encoder(self) -> None:
-        import_package("compresso", "compresso", self.encoding)
-
     def _encode(self, array: np.ndarray) -> bytes:
-        compresso = import_package("compresso", "compresso", self.encoding)
-        labels = self._labels(array)
-        if not labels.flags.writeable:  # (the package takes writable buffers only)
-            labels = labels.copy(order="F")
-        try:
-            return compresso.compress(labels)
-        except (compresso.EncodeError, RuntimeError, TypeError) as e:
-            raise ChunkEncodeError(
-                f"compresso: cannot encode a chunk of shape {array.shape[:3]}: {e}") from e
+        self._labels(array)  # (checks the chunk's extent)
+        labels = array[..., 0]
+        if not labels.dtype.isnative or any(s % labels.itemsize for s in labels.strides):
+            labels = np.asfortranarray(labels, dtype=self.dtype)
+        return _cpso.encode(labels)
 
     def _decode(
         self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
