@@ -21,7 +21,7 @@ import pytest
 
 import shardvol
 from shardvol.cli import main
-from shardvol.errors import ChunkDecodeError, InfoError, UnsupportedCodecError
+from shardvol.errors import ChunkDecodeError, ChunkEncodeError, InfoError, UnsupportedCodecError
 from shardvol.precomputed.codecs import get_codec
 from shardvol.sharding import ShardingSpec, shard_shape
 from tests.oracles import cv_read, ts_read
@@ -409,3 +409,9 @@ def test_compresso_decoder_under_mutation(tmp_path):
     assert run.returncode == 0, run.stderr
     decoded, refused = int(run.stdout.split()[0]), int(run.stdout.split()[2])
     assert decoded + refused == 4000 and decoded > 200 and refused > 2000, run.stdout
+
+
+def test_compresso_chunk_larger_than_its_header_holds():
+    codec = get_codec("compresso", dtype="uint8", num_channels=1)
+    with pytest.raises(ChunkEncodeError, match="at most 65535 voxels per axis"):
+        codec.encode(np.zeros((65536, 1, 1, 1), np.uint8))

@@ -41,13 +41,12 @@ class LabelCodec(ChunkEncoding):
     def _support_text(cls) -> str:
         return "supported: one channel of uint8, uint16, uint32 or uint64"
 
-    def _labels(self, array: np.ndarray) -> np.ndarray:
-        """The chunk as a native, Fortran-ordered (x, y, z) array, checked for the format."""
+    def _check_extent(self, array: np.ndarray) -> None:
+        """Raise ChunkEncodeError if the chunk is larger than the format's header holds."""
         if max(array.shape[:3]) > self.max_axis:
             raise ChunkEncodeError(
                 f"{self.encoding}: a chunk of shape {array.shape[:3]} is too large; the format "
                 f"holds at most {self.max_axis} voxels per axis")
-        return np.asfortranarray(array[..., 0], dtype=self.dtype)
 
     def _check_decoded(self, labels: np.ndarray, shape: Shape4, where: str) -> np.ndarray:
         """``labels`` (what a package decoded) as the chunk's (x, y, z, 1) array."""

@@ -23,7 +23,7 @@ class CompressoCodec(LabelCodec):
     max_axis = 65535  # the header's 16-bit sizes
 
     def _encode(self, array: np.ndarray) -> bytes:
-        self._labels(array)  # (checks the chunk's extent)
+        self._check_extent(array)
         labels = array[..., 0]
         if not labels.dtype.isnative or any(s % labels.itemsize for s in labels.strides):
             labels = np.asfortranarray(labels, dtype=self.dtype)

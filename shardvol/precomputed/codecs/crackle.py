@@ -38,8 +38,10 @@ class CrackleCodec(LabelCodec):
 
     def _encode(self, array: np.ndarray) -> bytes:
         crackle = import_package("crackle", "crackle-codec", self.encoding)
+        self._check_extent(array)
         try:
-            return crackle.compress(self._labels(array), parallel=1)
+            return crackle.compress(np.asfortranarray(array[..., 0], dtype=self.dtype),
+                                    parallel=1)
         except (RuntimeError, TypeError, ValueError) as e:
             raise ChunkEncodeError(
                 f"crackle: cannot encode a chunk of shape {array.shape[:3]}: {e}") from e
