@@ -31,6 +31,8 @@ EXTENSIONS = [
     ext("hugeblock", "hugeblock.c"),
     ext("hashing", "murmurhash3.c"),
     ext("cseg", "cseg.c"),
+    ext("compresso", "compresso.c"),
+    ext("crackle_check", "crackle_check.c"),
     ext("downsample", "downsample.c"),
     ext("rawfile", "rawfile.c"),
     ext("_jpeg", "jpeg.c", libraries=("jpeg",)),  # the system libjpeg(-turbo)

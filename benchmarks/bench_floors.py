@@ -200,8 +200,8 @@ def main() -> None:
     scratch = tempfile.mkdtemp(dir=os.path.join(args.data))
     try:
         for ds in DATASETS:
-            if args.only and ds.name not in args.only:
-                continue
+            if (args.only and ds.name not in args.only) or not ds.tensorstore:
+                continue  # (floors are set beside TensorStore)
             if ds.source not in sources:
                 sources[ds.source] = source_array(ds, sizes)
             data = sources[ds.source]

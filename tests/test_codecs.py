@@ -25,6 +25,7 @@ from shardvol.precomputed.codecs import (
     RawCodec,
     get_codec,
 )
+from shardvol.precomputed.info import ENCODINGS
 
 TESTDATA = Path(__file__).parent / "data" / "testdata"  # copies; see each SOURCE.txt
 RAW_DTYPES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
@@ -52,7 +53,9 @@ def chunk_bounds(name):
 
 
 def test_registry_maps_info_encodings_to_codecs():
-    assert set(CODECS) == {"raw", "compressed_segmentation", "jpeg", "png"}
+    assert set(CODECS) == {"raw", "compressed_segmentation", "jpeg", "png", "compresso",
+                           "crackle"}
+    assert set(CODECS) == set(ENCODINGS)  # every encoding an info file may name
     assert isinstance(get_codec("raw", dtype="float32", num_channels=2), RawCodec)
     assert isinstance(get_codec("jpeg", dtype="uint8", num_channels=3), JpegCodec)
     assert isinstance(get_codec("png", dtype="uint16", num_channels=4, png_level=3), PngCodec)

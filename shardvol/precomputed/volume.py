@@ -440,6 +440,9 @@ class Volume(AsyncMethods):
                 "scales": [scale.to_dict()],
             }
         )
+        get_codec(scale.encoding, dtype=dtype, num_channels=num_channels,
+                  compressed_segmentation_block_size=scale.compressed_segmentation_block_size,
+                  ).ensure_encoder()  # (a missing package is named before anything is written)
         with kv.lock(INFO_KEY):
             old = kv.get(INFO_KEY)
             if old is not None:

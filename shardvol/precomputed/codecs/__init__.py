@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from shardvol.errors import UnsupportedCodecError
 from shardvol.precomputed.codecs.base import ChunkEncoding
+from shardvol.precomputed.codecs.compresso import CompressoCodec
+from shardvol.precomputed.codecs.crackle import CrackleCodec
 from shardvol.precomputed.codecs.cseg import CompressedSegmentationCodec
 from shardvol.precomputed.codecs.jpeg import DEFAULT_JPEG_QUALITY, JpegCodec
 from shardvol.precomputed.codecs.png import PngCodec
 from shardvol.precomputed.codecs.raw import RawCodec
 
 CODECS: dict[str, type[ChunkEncoding]] = {
-    cls.encoding: cls for cls in (RawCodec, CompressedSegmentationCodec, JpegCodec, PngCodec)
+    cls.encoding: cls
+    for cls in (RawCodec, CompressedSegmentationCodec, JpegCodec, PngCodec, CompressoCodec,
+                CrackleCodec)
 }
 
 
@@ -54,6 +58,8 @@ __all__ = [
     "DEFAULT_JPEG_QUALITY",
     "ChunkEncoding",
     "CompressedSegmentationCodec",
+    "CompressoCodec",
+    "CrackleCodec",
     "JpegCodec",
     "PngCodec",
     "RawCodec",

@@ -77,6 +77,11 @@ class ChunkEncoding(ABC):
     def _key(self) -> tuple:
         return (self.dtype, self.num_channels, *(getattr(self, k) for k in self.options))
 
+    def ensure_encoder(self) -> None:
+        """Raise UnsupportedCodecError if this process cannot encode chunks of this encoding
+        (an optional package is missing); every encoder that needs none can."""
+        return
+
     # ---- the contract ------------------------------------------------------------------------
 
     def encode(self, array: np.ndarray) -> bytes:

@@ -1,0 +1,6 @@
+"""compresso encoding and decoding (csrc/compresso.h)."""
+
+import numpy as np
+
+def decode(data: bytes | memoryview, out: np.ndarray, context: str = "") -> None: ...
+def encode(array: np.ndarray) -> bytes: ...
