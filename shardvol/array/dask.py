@@ -8,9 +8,9 @@ regions through the opened handle's chunk engine.
 
 * :func:`read_array`: a ``dask.array`` whose blocks are, by default, whole storage units
   (shards, or chunks) grouped up to about :data:`BLOCK_BYTES`.
-* :func:`store`: a ``Delayed`` writing a Dask array, rechunked so that every task owns
-  whole storage units: boxes of whole units when units are boxes (chunk files, aligned
-  shards), else (hashed shards) one task per unit taking one block per chunk the unit
+* :func:`store`: a ``Delayed`` writing a Dask array in tasks that each own whole storage
+  units: boxes of whole units when units are boxes (chunk files, aligned shards), else
+  (hashed shards) one task per unit, taking the parts of the array in the chunks it
   holds.  Units the array covers in part are read, merged and rewritten by their one task
   (under the unit's lock), so no two tasks ever write the same unit.
 
@@ -19,8 +19,11 @@ Dask is imported only when these functions are called.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import math
+import operator
 import os
 import pickle
 import threading
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from dask.delayed import Delayed
 
 #: bytes of a block of work (read or written) that whole storage units are grouped up to
-BLOCK_BYTES = 64 << 20
+BLOCK_BYTES = 32 << 20
 _MAX_HANDLES = 8  # sources kept open per process
 
 
@@ -208,15 +211,16 @@ def check_value(array: Any, source: Source, offset: Sequence[int]) -> tuple[int,
     return off
 
 
-def _cuts(n: int, offset: int, step: int) -> tuple[int, ...]:
-    """Lengths of the pieces of ``[0, n)`` cut where ``offset + i`` is a multiple of ``step``."""
-    out = []
-    i = 0
-    while i < n:
-        stop = min(n, (offset + i) // step * step + step - offset)
-        out.append(stop - i)
-        i = stop
-    return tuple(out) or (0,)
+def _cuts(n: int, offset: int, step: int) -> list[int]:
+    """Where ``[0, n)`` is cut: 0, every ``i`` with ``offset + i`` a multiple of ``step``, n."""
+    first = -offset % step
+    return [0, *range(first or step, n, step), n] if n else [0, 0]
+
+
+def _boxes(edges: Sequence[Sequence[int]]) -> list[tuple[tuple[int, int], ...]]:
+    """The boxes between consecutive ``edges`` along every axis."""
+    ranges = [list(itertools.pairwise(e)) for e in edges]
+    return list(itertools.product(*ranges))
 
 
 def store(
@@ -231,35 +235,54 @@ def store(
     """A ``Delayed`` that writes ``array`` into ``source`` at index ``offset`` (checked by
     :func:`check_value` first).  ``unit_shape``: the shape of a storage unit when units are
     boxes tiling the domain from its start; None when they are not (then ``engine``'s store
-    groups the chunks by unit, as it is when this is called)."""
+    groups the chunks by unit, as it is when this is called).
+
+    Each task owns whole units: a box of whole units (clipped to the array), or the chunks
+    of one unit.  It takes the parts of the array's blocks that fall in its boxes as they
+    are (a slice of a block on the block's worker), not a rechunked array: the engine puts
+    parts that share a chunk together (Dask's rechunk would first copy them into
+    C-ordered blocks, slowly for a Volume's Fortran-ordered ones).
+    """
     import dask
     from dask.base import tokenize
 
     off = check_value(array, source, offset)
     if unit_shape is not None:
         step = block_shape(unit_shape, source, block_bytes)
-    else:
-        step = engine.grid.chunk_shape
-    chunks = tuple(_cuts(n, o, s) for n, o, s in zip(array.shape, off, step))
-    blocks = array.rechunk(chunks).to_delayed()
-    starts = [np.cumsum((0, *c[:-1])).tolist() for c in chunks]
-
-    def region(index: tuple[int, ...]) -> tuple[slice, ...]:
-        at = zip(off, starts, chunks, index)
-        return tuple(slice(o + s[i], o + s[i] + c[i]) for o, s, c, i in at)
-
-    indexes = [tuple(i) for i in np.ndindex(*blocks.shape)] if array.size else []
-    if unit_shape is not None:
-        groups = [[i] for i in indexes]
-    else:  # one group per unit: the block of each chunk it holds
+        groups = [[box] for box in _boxes([_cuts(n, o, s) for n, o, s in
+                                           zip(array.shape, off, step)])]
+    else:  # one group per unit: the box of each chunk it holds
         chunk = engine.grid.chunk_shape  # (index 0 is the start of the chunk grid)
-        by_coord = {tuple(r.start // c for r, c in zip(region(i), chunk)): i for i in indexes}
+        boxes = _boxes([_cuts(n, o, c) for n, o, c in zip(array.shape, off, chunk)])
+        by_coord = {tuple((o + lo) // c for (lo, _), o, c in zip(box, off, chunk)): box
+                    for box in boxes}
         groups = [[by_coord[c] for c in coords]
                   for coords in engine.store.units(list(by_coord)).values()]
+    if not array.size:
+        groups = []
+    blocks = array.to_delayed()
+    edges = [np.cumsum((0, *c)).tolist() for c in array.chunks]
+    take = dask.delayed(operator.getitem, pure=True)
     write = dask.delayed(_write, pure=True)
     name = f"shardvol-write-{tokenize(source, array.name, off)}"
-    writes = [write(source, [(region(i), blocks[i]) for i in group],
-                    dask_key_name=(name, n)) for n, group in enumerate(groups)]
+    writes = []
+    for n, group in enumerate(groups):
+        pieces = []
+        for box in group:
+            # the blocks the box meets, and the part of each in the box
+            spans = [range(bisect.bisect_right(e, lo) - 1, bisect.bisect_left(e, hi))
+                     for e, (lo, hi) in zip(edges, box)]
+            for index in itertools.product(*spans):
+                part = [(max(lo, e[i]), min(hi, e[i + 1])) for e, i, (lo, hi) in
+                        zip(edges, index, box)]
+                whole = all((a, b) == (e[i], e[i + 1]) for (a, b), e, i in
+                            zip(part, edges, index))
+                local = tuple(slice(a - e[i], b - e[i]) for (a, b), e, i in
+                              zip(part, edges, index))
+                value = blocks[index] if whole else take(blocks[index], local)
+                key = tuple(slice(o + a, o + b) for o, (a, b) in zip(off, part))
+                pieces.append((key, value))
+        writes.append(write(source, pieces, dask_key_name=(name, n)))
     return dask.delayed(_finish, pure=True)(writes, dask_key_name=f"{name}-done")
 
 

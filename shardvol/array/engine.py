@@ -405,7 +405,7 @@ class ChunkedArray:
     ) -> None:
         """Encode and store one unit's chunks (fully covered ones before taking its lock);
         ``members``: the parts of each chunk, each with the array its ``out_sel`` indexes."""
-        full = [c for c, parts in members.items() if len(parts) == 1 and parts[0][0].full]
+        full = [c for c, parts in members.items() if self._covered(c, parts)]
         done = set(full)
         partial = [c for c in members if c not in done]
         all_chunks = None if partial else self.store.unit_chunks(unit)
@@ -413,7 +413,10 @@ class ChunkedArray:
         blobs: dict[ChunkCoord, bytes | None] = {}
 
         def encode_full(c: ChunkCoord) -> None:
-            blobs[c] = self._encode(c, self._chunk_from_value(*members[c][0]))
+            parts = members[c]
+            chunk = (self._chunk_from_value(*parts[0]) if len(parts) == 1
+                     else self._merge(c, None, parts))
+            blobs[c] = self._encode(c, chunk)
 
         run_parallel(encode_full, full, threads)
 
@@ -439,6 +442,18 @@ class ChunkedArray:
         # meanwhile would otherwise store its merge over the replacement, losing it.
         with self.store.lock(unit):
             apply()
+
+    def _covered(self, coord: ChunkCoord, parts: list[tuple[ChunkPart, np.ndarray]]) -> bool:
+        """Whether ``parts`` together cover every in-domain element of the chunk (then
+        what it held is not needed)."""
+        if len(parts) == 1:
+            return parts[0][0].full
+        if not all(p.is_box for p, _ in parts):
+            return False
+        seen = np.zeros(self.grid.chunk_extent(coord), dtype=bool)
+        for p, _ in parts:
+            seen[p.chunk_sel] = True
+        return bool(seen.all())
 
     def _chunk_from_value(self, p: ChunkPart, arr: np.ndarray) -> np.ndarray:
         """A fully covered chunk's array, padded with the fill value when chunks are padded."""

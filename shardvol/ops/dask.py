@@ -35,7 +35,7 @@ def to_dask(
 
     ``url_or_volume``: a URL or store (opened with ``kwargs``, see :func:`shardvol.open`),
     or an open Volume (``mip`` picks another of its scales) or ZarrArray.  ``chunks``:
-    see :meth:`Volume.to_dask` (default: whole shards or chunks, up to about 64 MiB).
+    see :meth:`Volume.to_dask` (default: whole shards or chunks, up to about 32 MiB).
     """
     arr: Volume | ZarrArray
     if isinstance(url_or_volume, (Volume, ZarrArray)):

@@ -308,7 +308,7 @@ class Volume(AsyncMethods):
         ``voxel_offset`` (blocks are Fortran-ordered numpy arrays).
 
         ``chunks=None``: blocks of whole shards (aligned sharding) or whole chunks, grouped
-        up to about 64 MiB, on the chunk grid (which starts at ``voxel_offset``); else any
+        up to about 32 MiB, on the chunk grid (which starts at ``voxel_offset``); else any
         ``chunks`` of ``dask.array.from_array`` (3 values: x, y, z, all channels).  The
         graph holds the volume's URL, scale and options, never data: each worker opens the
         volume once and reads its blocks (``memory://`` volumes: local schedulers only).

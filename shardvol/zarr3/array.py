@@ -216,7 +216,7 @@ class ZarrArray(AsyncMethods):
         """The array as a lazy ``dask.array`` in its own axes (blocks in its ``order``).
 
         ``chunks=None``: blocks of whole shards (sharded) or whole chunks, grouped up to
-        about 64 MiB; else any ``chunks`` of ``dask.array.from_array``.  The graph holds
+        about 32 MiB; else any ``chunks`` of ``dask.array.from_array``.  The graph holds
         the array's URL and options, never data: each worker opens the array once.
         """
         from shardvol.array.dask import block_shape, read_array
