@@ -151,6 +151,25 @@ def test_each_worker_opens_a_volume_once(tmp_path, client, small_blocks):
     assert sorted(len(v) for v in opened.values()) in ([1, 1], [0, 1]), opened
 
 
+def test_block_order(tmp_path, small_blocks):
+    data = image()
+    path = ts_volume(tmp_path / "v", data, aligned_spec())
+    vol = shardvol.Volume(path)
+    for order, flag in [("F", "F_CONTIGUOUS"), ("C", "C_CONTIGUOUS")]:
+        arr = vol.to_dask(order=order)
+        block = arr.to_delayed()[0, 1, 0, 0].compute(scheduler="sync")  # (not reassembled)
+        assert block.flags[flag], order
+        np.testing.assert_array_equal(arr.compute(scheduler="sync"), data)
+    assert vol.to_dask(order="C").name != vol.to_dask().name
+    z = shardvol.zarr3.create(str(tmp_path / "z.zarr"), shape=(6, 8), dtype="uint8",
+                              chunk_shape=(2, 4), order="F")
+    assert z.to_dask().to_delayed()[0, 0].compute(scheduler="sync").flags["F_CONTIGUOUS"]
+    block = shardvol.to_dask(z, order="C").to_delayed()[0, 0].compute(scheduler="sync")
+    assert block.flags["C_CONTIGUOUS"]
+    with pytest.raises(InvalidArgumentError, match="order must be"):
+        vol.to_dask(order="A")
+
+
 def test_explicit_chunks_and_top_level_to_dask(tmp_path, client):
     data = image(channels=2)
     path = ts_volume(tmp_path / "v", data)

@@ -30,7 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -71,8 +71,9 @@ os.register_at_fork(after_in_child=_reset_in_child)
 class Source:
     """A chunked array as a Dask graph carries it: how to open it, never its data.
 
-    Index ``i`` of the Dask array is coordinate ``origin + i`` of the opened engine.
-    Sources are equal (and hash, and tokenize for Dask) by ``token``.
+    Index ``i`` of the Dask array is coordinate ``origin + i`` of the opened engine;
+    reads return arrays in ``order`` (None: the engine's).  Sources are equal (and hash,
+    and tokenize for Dask) by ``token`` and ``order``.
     """
 
     opener: Callable[[], Opened]
@@ -81,23 +82,25 @@ class Source:
     shape: tuple[int, ...]
     dtype: np.dtype
     what: str  # how messages name the array (its URL)
+    order: Literal["C", "F"] | None = None
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Source) and other.token == self.token
+        return isinstance(other, Source) and (other.token, other.order) == (self.token,
+                                                                             self.order)
 
     def __hash__(self) -> int:
-        return hash(self.token)
+        return hash((self.token, self.order))
 
-    def __dask_tokenize__(self) -> tuple[str, str]:
-        return ("shardvol.Source", self.token)
+    def __dask_tokenize__(self) -> tuple[str, str, str | None]:
+        return ("shardvol.Source", self.token, self.order)
 
     def engine(self) -> ChunkedArray:
         """The opened array's engine, opened once per process."""
-        with _handles_lock:
+        with _handles_lock:  # (sources of other orders share the handle)
             engine = _handles.get(self.token)
             if engine is None:
                 engine = self.opener().chunked_array
@@ -126,7 +129,7 @@ class Source:
         )
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        return self.engine().read(self.selection(key))
+        return self.engine().read(self.selection(key), self.order)
 
     def write_many(self, pieces: Sequence[tuple[Any, np.ndarray]]) -> None:
         """Write each value at its key, each storage unit they touch updated once."""
@@ -134,13 +137,16 @@ class Source:
 
 
 def make_source(
-    opener: Callable[[], Opened], identity: object, engine: ChunkedArray, what: str
+    opener: Callable[[], Opened], identity: object, engine: ChunkedArray, what: str,
+    order: Literal["C", "F"] | None = None,
 ) -> Source:
     """A source of the array ``engine`` belongs to; ``identity`` (its metadata, say) and the
     opener name it: a process that already opened an equal source reuses that handle."""
+    if order not in (None, "C", "F"):
+        raise InvalidArgumentError(f"order must be 'C', 'F' or None, got {order!r}")
     digest = hashlib.sha256(pickle.dumps((opener, identity))).hexdigest()[:32]
     g = engine.grid
-    return Source(opener, digest, g.origin, g.shape, engine.dtype, what)
+    return Source(opener, digest, g.origin, g.shape, engine.dtype, what, order)
 
 
 def block_shape(

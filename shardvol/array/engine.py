@@ -139,12 +139,15 @@ class ChunkedArray:
         return self.grid.chunk_shape if self.padded_chunks else self.grid.chunk_extent(coord)
 
     # ----------------------------------------------------------------- reading
-    def read(self, sel: tuple[AxisSelection, ...]) -> np.ndarray:
-        """The selected elements; dropped axes removed, ``order`` memory layout."""
+    def read(
+        self, sel: tuple[AxisSelection, ...], order: Literal["C", "F"] | None = None
+    ) -> np.ndarray:
+        """The selected elements; dropped axes removed, in ``order`` (default: the array's
+        ``order``) memory layout."""
         shape = tuple(a.count for a in sel)
         inside = selection_in_domain(sel, self.grid)
         try:
-            out = hugeblock.empty(shape, self.dtype, order=self.order)
+            out = hugeblock.empty(shape, self.dtype, order=order or self.order)
         except (MemoryError, OverflowError) as e:
             raise InvalidArgumentError(
                 f"no memory for the {shape} array of {self.dtype} this read returns ({e})"

@@ -8,7 +8,7 @@ read or write.  Dask (``pip install shardvol[dask]``) is imported only when call
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from shardvol.errors import InvalidArgumentError
 from shardvol.formats import open as open_any
@@ -28,6 +28,7 @@ def to_dask(
     mip: int | str | Sequence[float] | None = None,
     *,
     chunks: Any = None,
+    order: Literal["C", "F"] | None = None,
     **kwargs: Any,
 ) -> dask.array.Array:
     """A lazy ``dask.array`` of a precomputed scale (``mip``, default 0; axes x, y, z,
@@ -36,6 +37,7 @@ def to_dask(
     ``url_or_volume``: a URL or store (opened with ``kwargs``, see :func:`shardvol.open`),
     or an open Volume (``mip`` picks another of its scales) or ZarrArray.  ``chunks``:
     see :meth:`Volume.to_dask` (default: whole shards or chunks, up to about 32 MiB).
+    ``order``: of the blocks (default: Fortran for volumes, the array's for Zarr).
     """
     arr: Volume | ZarrArray
     if isinstance(url_or_volume, (Volume, ZarrArray)):
@@ -50,7 +52,9 @@ def to_dask(
             arr = arr.mip(mip)
     else:
         arr = open_any(url_or_volume, **kwargs, **({} if mip is None else {"mip": mip}))
-    return arr.to_dask(chunks)
+    if isinstance(arr, Volume):
+        return arr.to_dask(chunks, order or "F")
+    return arr.to_dask(chunks, order)
 
 
 def from_dask(

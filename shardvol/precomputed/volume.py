@@ -13,7 +13,7 @@ import numbers
 import operator
 import posixpath
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -293,9 +293,9 @@ class Volume(AsyncMethods):
         self[key] = value
 
     # -------------------------------------------------------------------- dask
-    def _dask_source(self) -> Source:
+    def _dask_source(self, order: Literal["C", "F"] | None = None) -> Source:
         opener = functools.partial(Volume, self._kv, self.scale.key, **self._options)
-        return make_source(opener, self._meta.to_json(), self._array, self.url)
+        return make_source(opener, self._meta.to_json(), self._array, self.url, order)
 
     def _unit_shape(self) -> tuple[int, int, int, int] | None:
         """Voxel shape of a storage unit (a chunk file or an aligned shard); None for hashed
@@ -303,9 +303,13 @@ class Volume(AsyncMethods):
         unit = self.chunk_size if self._spec is None else self.shard_shape
         return None if unit is None else (*unit, self.num_channels)
 
-    def to_dask(self, chunks: Any = None) -> dask.array.Array:
+    def to_dask(
+        self, chunks: Any = None, order: Literal["C", "F"] = "F"
+    ) -> dask.array.Array:
         """This scale as a lazy ``dask.array`` of shape ``(x, y, z, channel)``, index 0 at
-        ``voxel_offset`` (blocks are Fortran-ordered numpy arrays).
+        ``voxel_offset``, whose blocks are numpy arrays in ``order`` (Fortran order, as
+        stored, is the fast one to read; Dask assembles results of several blocks, and
+        rechunks, in C order, which copies Fortran-ordered blocks slowly).
 
         ``chunks=None``: blocks of whole shards (aligned sharding) or whole chunks, grouped
         up to about 32 MiB, on the chunk grid (which starts at ``voxel_offset``); else any
@@ -315,7 +319,7 @@ class Volume(AsyncMethods):
         """
         from shardvol.array.dask import block_shape, read_array
 
-        source = self._dask_source()
+        source = self._dask_source(order)
         if chunks is None:
             unit = self._unit_shape() or (*self.chunk_size, self.num_channels)
             chunks = block_shape(unit, source)

@@ -208,12 +208,15 @@ class ZarrArray(AsyncMethods):
         self[key] = value
 
     # -------------------------------------------------------------------- dask
-    def _dask_source(self) -> Source:
+    def _dask_source(self, order: Literal["C", "F"] | None = None) -> Source:
         opener = functools.partial(open, self._store.kv, self._mode, **self._options)
-        return make_source(opener, self.metadata.to_bytes(), self._array, self.url)
+        return make_source(opener, self.metadata.to_bytes(), self._array, self.url, order)
 
-    def to_dask(self, chunks: Any = None) -> dask.array.Array:
-        """The array as a lazy ``dask.array`` in its own axes (blocks in its ``order``).
+    def to_dask(
+        self, chunks: Any = None, order: Literal["C", "F"] | None = None
+    ) -> dask.array.Array:
+        """The array as a lazy ``dask.array`` in its own axes, blocks in ``order`` (default:
+        the array's ``order``).
 
         ``chunks=None``: blocks of whole shards (sharded) or whole chunks, grouped up to
         about 32 MiB; else any ``chunks`` of ``dask.array.from_array``.  The graph holds
@@ -221,7 +224,7 @@ class ZarrArray(AsyncMethods):
         """
         from shardvol.array.dask import block_shape, read_array
 
-        source = self._dask_source()
+        source = self._dask_source(order)
         if chunks is None:
             chunks = block_shape(self.metadata.chunk_shape, source)
         return read_array(source, chunks)
