@@ -1,19 +1,24 @@
 """Dask arrays: shardvol's ``to_dask`` vs its own eager read vs CloudVolume's ``to_dask``.
 
-Over the bench_volume.py datasets (local files, written by TensorStore), each timed
-operation reduces the whole volume to its sum:
+Over the bench_volume.py datasets (local files, written by TensorStore), "sum" reduces the
+whole volume to its sum:
 
   eager          ``Volume(path)[...].sum()``: one read into memory, then numpy's sum
   to_dask        ``Volume(path).to_dask().sum().compute()`` (shardvol's default blocks)
   CloudVolume    ``CloudVolume(path).to_dask().sum().compute()`` (its blocks: one chunk each;
                  parallel=1, as its docs advise under Dask)
 
+and "write" writes the volume's array (in memory) into a fresh volume of the dataset's
+encoding and sharding: eager ``vol[...] = data`` against ``vol.write_dask(da.from_array(
+data, chunks=128^3))`` (blocks off the storage grid: 64^3 chunks, 256^3 shards).  Every
+written volume is read back and compared.
+
 on Dask's threaded scheduler (the default; ``--distributed`` adds the same two Dask rows
 on a ``LocalCluster`` of one single-threaded worker process per core, started once).
 Every sum is checked against the eager one.  Handles are opened outside the clock (a Dask
-graph is built inside it); the libraries are interleaved and the best of ``--repeat``
-kept.  Printed: seconds, and the ratios to_dask / eager (target <= 1.3) and
-CloudVolume / to_dask.
+graph is built inside it, and a written volume is created inside it); the libraries are
+interleaved and the best of ``--repeat`` kept.  Printed: seconds, and the ratios
+to_dask / eager (target <= 1.3 for sums) and CloudVolume / to_dask.
 
 Run:  python benchmarks/bench_dask.py [--repeat 3] [--only NAME] [--quick] [--distributed]
 """
@@ -27,11 +32,14 @@ from collections.abc import Callable
 from typing import Any
 
 import dask
+import dask.array as da
 import numpy as np
 from bench_volume import (
+    CHUNK,
     DATASETS,
     FULL,
     QUICK,
+    Dataset,
     dataset_arguments,
     ensure_dataset,
     load_average,
@@ -67,6 +75,37 @@ def best(ops: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]],
     return times
 
 
+def create(path: str, ds: Dataset, data: np.ndarray) -> Volume:
+    return Volume.create(path, size=data.shape[:3], type=ds.source, data_type=data.dtype.name,
+                         chunk_size=CHUNK, encoding=ds.encoding,
+                         compressed_segmentation_block_size=ds.block_size,
+                         sharding=ds.sharding, overwrite=True)
+
+
+def writes(ds: Dataset, data: np.ndarray, root: str, repeat: int,
+           opts: dict[str, Any]) -> dict[str, float]:
+    """Best seconds of an eager write and of write_dask, interleaved; each written volume
+    equal to the data (jpeg: to the first written, the same encoder's output)."""
+    path = os.path.join(root, "_dask_write")
+    blocks = da.from_array(data, chunks=(128, 128, 128, 1))
+    runs: dict[str, Callable[[Volume], Any]] = {
+        "eager": lambda v: v.__setitem__(..., data),
+        "to_dask": lambda v: v.write_dask(blocks, progress=False, compute=False).compute(**opts),
+    }
+    times = dict.fromkeys(runs, float("inf"))
+    expected = None if ds.encoding == "jpeg" else data
+    for _ in range(repeat):
+        for name, run in runs.items():
+            os.sync()
+            t0 = time.perf_counter()
+            run(create(path, ds, data))
+            times[name] = min(times[name], time.perf_counter() - t0)
+            written = Volume(path)[...]
+            expected = written if expected is None else expected
+            assert np.array_equal(written, expected), name
+    return times
+
+
 def main() -> None:
     ap = dataset_arguments(__doc__.split("\n")[0])
     ap.add_argument("--distributed", action="store_true",
@@ -82,7 +121,7 @@ def main() -> None:
         client = Client(LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1,
                                      processes=True, dashboard_address=None))
     print(f"{os.cpu_count()} CPUs, load average {load_average()}; dask {dask.__version__}; "
-          f"best of {args.repeat}; seconds for the sum of the whole volume")
+          f"best of {args.repeat}; seconds")
     rows = []
     sources: dict[str, np.ndarray] = {}
     for ds in datasets:
@@ -101,15 +140,18 @@ def main() -> None:
                 "CloudVolume": (lambda p=path: cloudvolume(p),
                                 lambda v, o=opts: v.to_dask().sum().compute(**o)),
             }
-            t = best(ops, args.repeat)
-            rows.append((ds.name, scheduler, t))
-    print("\n| dataset | scheduler | eager | to_dask | CloudVolume to_dask "
+            rows.append((ds.name, "sum", scheduler, best(ops, args.repeat)))
+            w = writes(ds, sources[ds.source], args.data, args.repeat, opts)
+            rows.append((ds.name, "write", scheduler, w))
+    print("\n| dataset | operation | scheduler | eager | to_dask | CloudVolume to_dask "
           "| to_dask / eager | CloudVolume / to_dask |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for name, scheduler, t in rows:
-        print(f"| {name} | {scheduler} | {t['eager']:.3f} | {t['to_dask']:.3f} "
-              f"| {t['CloudVolume']:.3f} | {t['to_dask'] / t['eager']:.2f}x "
-              f"| {t['CloudVolume'] / t['to_dask']:.2f}x |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for name, op, scheduler, t in rows:
+        ours = t["to_dask"]
+        cv = t.get("CloudVolume")
+        cv_cells = ("n/a", "n/a") if cv is None else (f"{cv:.3f}", f"{cv / ours:.2f}x")
+        print(f"| {name} | {op} | {scheduler} | {t['eager']:.3f} | {ours:.3f} "
+              f"| {cv_cells[0]} | {ours / t['eager']:.2f}x | {cv_cells[1]} |")
     print(f"\nload average at the end: {load_average()}")
     if client is not None:
         client.close()
