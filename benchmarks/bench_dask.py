@@ -15,8 +15,8 @@ the storage grid of 64^3 chunks and 256^3 shards; persisted on the workers befor
 clock starts).  Both hold Fortran-ordered data, as read; C-ordered data costs both paths
 a transposition per chunk.  Every written volume is read back and compared.
 
-on Dask's threaded scheduler (the default; ``--distributed`` adds the same two Dask rows
-on a ``LocalCluster`` of one single-threaded worker process per core, started once).
+The Dask rows run on Dask's threaded scheduler (the default; ``--distributed`` runs them
+again on a ``LocalCluster`` of one single-threaded worker process per core, started once).
 Every sum is checked against the eager one.  Handles are opened outside the clock (a Dask
 graph is built inside it, and a written volume is created inside it); the libraries are
 interleaved, each runs once untimed first, and the best of ``--repeat`` is kept.
