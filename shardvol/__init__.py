@@ -1,8 +1,8 @@
 """shardvol: Neuroglancer precomputed volumes (sharded or not) and Zarr v3 sharded arrays.
 
 What users type is here: :class:`Volume`, :class:`ZarrArray`, :class:`OmeZarrImage`,
-:func:`open`, :func:`downsample`, :func:`copy`, the ``zarr3`` and ``sharding`` packages,
-``errors``.
+:func:`open`, :func:`downsample`, :func:`copy`, :func:`to_dask`, :func:`from_dask`, the
+``zarr3`` and ``sharding`` packages, ``errors``.
 The kernels stay in their modules (``shardvol._ext.morton``, ``shardvol._ext.hashing``,
 ``shardvol.ops.pooling``).  See README.md for a tour and the package layout.
 """
@@ -12,6 +12,7 @@ from shardvol.errors import ShardvolError
 from shardvol.formats import open
 from shardvol.kvstore import KVStore, open_store
 from shardvol.ops.convert import copy
+from shardvol.ops.dask import from_dask, to_dask
 from shardvol.ops.downsample import downsample
 from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import OmeZarrImage, ZarrArray
@@ -28,8 +29,10 @@ __all__ = [
     "copy",
     "downsample",
     "errors",
+    "from_dask",
     "open",
     "open_store",
     "sharding",
+    "to_dask",
     "zarr3",
 ]

@@ -138,6 +138,43 @@ def test_random_writes_and_reads_match_numpy(data):
     assert got.flags["F_CONTIGUOUS" if order == "F" else "C_CONTIGUOUS"]
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_write_many_matches_numpy_and_updates_each_unit_once(data):
+    """Several boxes (overlapping or not) written at once: the later wins where they
+    overlap, each unit is updated once, and chunks the boxes cover together are written
+    without reading what they held."""
+    shape = tuple(data.draw(st.integers(1, 12)) for _ in range(3))
+    chunks = tuple(data.draw(st.integers(1, 5)) for _ in range(3))
+    order = data.draw(st.sampled_from("CF"))
+    arr = make(shape, chunks, (0, 0, 0), "int16", order, data.draw(st.booleans()))
+    arr.write(sel(arr, (...,)), 3)
+    model = np.full(shape, 3, np.int16)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    pieces = []
+    for _ in range(data.draw(st.integers(1, 5))):
+        key = tuple(random_slice(data, 0, n) for n in shape)
+        key = tuple(slice(k.start, k.stop) for k in key)  # boxes
+        value = rng.integers(0, 1000, model[key].shape).astype(np.int16)
+        pieces.append((sel(arr, key), value))
+        model[key] = value
+    read = []
+    real_read = arr.store.read_chunks
+    arr.store.read_chunks = lambda coords: read.extend(coords) or real_read(coords)
+    arr.store.writes.clear()
+    arr.write_many(pieces)
+    arr.store.read_chunks = real_read
+    np.testing.assert_array_equal(arr.read(sel(arr, (...,))), model)
+    units = [u for u, _ in arr.store.writes]
+    assert len(units) == len(set(units))
+    covered = np.zeros(shape, bool)  # (in chunks wholly covered, nothing was read)
+    for s, _ in pieces:
+        covered[tuple(slice(a.start, a.start + a.count) for a in s)] = True
+    for c in read:
+        box = tuple(slice(g * n, (g + 1) * n) for g, n in zip(c, chunks))
+        assert not covered[box].all(), c
+
+
 def test_whole_units_are_replaced_and_partial_ones_merged():
     arr = make((8, 8, 3), (2, 2, 3), (0, 0, 0), "uint8", "F")
     arr.write(sel(arr, (...,)), 1)

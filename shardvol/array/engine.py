@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -139,12 +139,15 @@ class ChunkedArray:
         return self.grid.chunk_shape if self.padded_chunks else self.grid.chunk_extent(coord)
 
     # ----------------------------------------------------------------- reading
-    def read(self, sel: tuple[AxisSelection, ...]) -> np.ndarray:
-        """The selected elements; dropped axes removed, ``order`` memory layout."""
+    def read(
+        self, sel: tuple[AxisSelection, ...], order: Literal["C", "F"] | None = None
+    ) -> np.ndarray:
+        """The selected elements; dropped axes removed, in ``order`` (default: the array's
+        ``order``) memory layout."""
         shape = tuple(a.count for a in sel)
         inside = selection_in_domain(sel, self.grid)
         try:
-            out = hugeblock.empty(shape, self.dtype, order=self.order)
+            out = hugeblock.empty(shape, self.dtype, order=order or self.order)
         except (MemoryError, OverflowError) as e:
             raise InvalidArgumentError(
                 f"no memory for the {shape} array of {self.dtype} this read returns ({e})"
@@ -382,15 +385,25 @@ class ChunkedArray:
     # ----------------------------------------------------------------- writing
     def write(self, sel: tuple[AxisSelection, ...], value: Any, bounded: bool = True) -> None:
         """Store ``value`` (broadcast to the selection) into the selected elements."""
-        arr = self.prepare_value(sel, value)
-        if not bounded:
-            sel, where = clip_selection(sel, self.grid)
-            arr = arr[where]
-        parts = chunk_parts(sel, self.grid)
-        if not parts:
+        self.write_many([(sel, value)], bounded)
+
+    def write_many(
+        self, pieces: Sequence[tuple[tuple[AxisSelection, ...], Any]], bounded: bool = True
+    ) -> None:
+        """Store each value into its selection, every storage unit they touch updated once
+        (pieces sharing a chunk are merged into it in order: the later wins where they
+        overlap).  Every value is checked before anything is written."""
+        members: dict[ChunkCoord, list[tuple[ChunkPart, np.ndarray]]] = {}
+        for sel, value in pieces:
+            arr = self.prepare_value(sel, value)
+            if not bounded:
+                sel, where = clip_selection(sel, self.grid)
+                arr = arr[where]
+            for p in chunk_parts(sel, self.grid):
+                members.setdefault(p.coord, []).append((p, arr))
+        if not members:
             return
-        by_coord = {p.coord: p for p in parts}
-        units = list(self.store.units(list(by_coord)).items())
+        units = list(self.store.units(list(members)).items())
         threads = self._threads()
         # Units are written concurrently; a unit's chunks are encoded on several threads
         # only when there are fewer units than threads.
@@ -398,9 +411,9 @@ class ChunkedArray:
 
         def write_unit(item: tuple[Any, list[ChunkCoord]]) -> None:
             unit, coords = item
-            self._write_unit(unit, [by_coord[c] for c in coords], arr, inner)
+            self._write_unit(unit, {c: members[c] for c in coords}, inner)
 
-        run_parallel(write_unit, units, self._writers(len(units), len(parts), threads))
+        run_parallel(write_unit, units, self._writers(len(units), len(members), threads))
 
     def _writers(self, n_units: int, n_chunks: int, threads: int) -> int:
         """Threads writing units: more than the CPUs, so that some encode while others
@@ -414,17 +427,23 @@ class ChunkedArray:
         return max(threads, min(_MAX_WRITERS, _WRITE_BUFFER_BYTES // unit_bytes))
 
     def _write_unit(
-        self, unit: Any, members: list[ChunkPart], arr: np.ndarray, threads: int
+        self, unit: Any, members: dict[ChunkCoord, list[tuple[ChunkPart, np.ndarray]]],
+        threads: int,
     ) -> None:
-        """Encode and store one unit's chunks (fully covered ones before taking its lock)."""
-        full = [p for p in members if p.full]
-        partial = [p for p in members if not p.full]
+        """Encode and store one unit's chunks (fully covered ones before taking its lock);
+        ``members``: the parts of each chunk, each with the array its ``out_sel`` indexes."""
+        full = [c for c, parts in members.items() if self._covered(c, parts)]
+        done = set(full)
+        partial = [c for c in members if c not in done]
         all_chunks = None if partial else self.store.unit_chunks(unit)
-        replace = all_chunks is not None and set(all_chunks) == {p.coord for p in members}
+        replace = all_chunks is not None and set(all_chunks) == set(members)
         blobs: dict[ChunkCoord, bytes | None] = {}
 
-        def encode_full(p: ChunkPart) -> None:
-            blobs[p.coord] = self._encode(p.coord, self._chunk_from_value(p, arr))
+        def encode_full(c: ChunkCoord) -> None:
+            parts = members[c]
+            chunk = (self._chunk_from_value(*parts[0]) if len(parts) == 1
+                     else self._merge(c, None, parts))
+            blobs[c] = self._encode(c, chunk)
 
         run_parallel(encode_full, full, threads)
 
@@ -432,10 +451,10 @@ class ChunkedArray:
             # the unit is read once: the partly covered chunks are merged from what it
             # holds, and the same contents are rewritten with the new chunks
             current = self.store.read_unit(unit) if partial else None
-            existing = current.chunks([p.coord for p in partial]) if current else {}
+            existing = current.chunks(partial) if current else {}
 
-            def encode_merged(p: ChunkPart) -> None:
-                blobs[p.coord] = self._encode(p.coord, self._merge(p, existing.get(p.coord), arr))
+            def encode_merged(c: ChunkCoord) -> None:
+                blobs[c] = self._encode(c, self._merge(c, existing.get(c), members[c]))
 
             run_parallel(encode_merged, partial, threads)
             put = {c: b for c, b in blobs.items() if b is not None}
@@ -451,6 +470,18 @@ class ChunkedArray:
         with self.store.lock(unit):
             apply()
 
+    def _covered(self, coord: ChunkCoord, parts: list[tuple[ChunkPart, np.ndarray]]) -> bool:
+        """Whether ``parts`` together cover every in-domain element of the chunk (then
+        what it held is not needed)."""
+        if len(parts) == 1:
+            return parts[0][0].full
+        if not all(p.is_box for p, _ in parts):
+            return False
+        seen = np.zeros(self.grid.chunk_extent(coord), dtype=bool)
+        for p, _ in parts:
+            seen[p.chunk_sel] = True
+        return bool(seen.all())
+
     def _chunk_from_value(self, p: ChunkPart, arr: np.ndarray) -> np.ndarray:
         """A fully covered chunk's array, padded with the fill value when chunks are padded."""
         piece = arr[p.out_sel]
@@ -462,16 +493,18 @@ class ChunkedArray:
         return chunk
 
     def _merge(
-        self, p: ChunkPart, blob: bytes | memoryview | None, arr: np.ndarray
+        self, coord: ChunkCoord, blob: bytes | memoryview | None,
+        parts: list[tuple[ChunkPart, np.ndarray]],
     ) -> np.ndarray:
-        shape = self.encoded_shape(p.coord)
+        shape = self.encoded_shape(coord)
         if blob is None:
             chunk = np.full(shape, self.fill_value, self.dtype, order=self.order)
         else:
-            chunk = self.codec.decode(blob, shape, self.dtype, context=self.store.describe(p.coord))
+            chunk = self.codec.decode(blob, shape, self.dtype, context=self.store.describe(coord))
             if not chunk.flags.writeable:
                 chunk = chunk.copy(order="A")
-        chunk[p.chunk_sel] = arr[p.out_sel]
+        for p, arr in parts:
+            chunk[p.chunk_sel] = arr[p.out_sel]
         return chunk
 
     def _encode(self, coord: ChunkCoord, chunk: np.ndarray) -> bytes | None:

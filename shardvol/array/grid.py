@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: A chunk's position in its array's chunk grid.
@@ -44,3 +46,20 @@ class ChunkGrid:
 
     def contains(self, coord: ChunkCoord) -> bool:
         return all(0 <= g < n for g, n in zip(coord, self.grid_shape))
+
+
+def grow_block(
+    unit: Sequence[int], size: Sequence[int], itemsize: int, target: int
+) -> tuple[int, ...]:
+    """``unit`` doubled along each axis in turn while the block stays within ``target`` bytes
+    (of ``itemsize``-byte elements) and does not outgrow ``size`` (whole units of storage
+    grouped into a block of work)."""
+    shape = list(unit)
+    grew = True
+    while grew:
+        grew = False
+        for d in range(len(shape)):
+            if shape[d] < size[d] and math.prod(shape) * 2 * itemsize <= target:
+                shape[d] *= 2
+                grew = True
+    return tuple(shape)

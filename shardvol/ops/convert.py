@@ -35,7 +35,6 @@ descriptions run by :func:`shardvol.ops.tasks.run_tasks` on any executor.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import posixpath
 import uuid
@@ -46,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from shardvol.array.grid import grow_block
 from shardvol.compression import check_level
 from shardvol.errors import AlreadyExistsError, InvalidArgumentError
 from shardvol.formats import FORMATS, check_format, detect_format, split_format
@@ -209,17 +209,8 @@ def run_copy_task(task: CopyTask) -> None:
 
 
 def _blocks(unit: Sequence[int], size: Sequence[int], voxel_bytes: int, target: int) -> Vec3:
-    """``unit`` doubled along x, y, z in turn while the block stays under ``target`` bytes
-    and does not outgrow the volume."""
-    shape = list(unit)
-    grew = True
-    while grew:
-        grew = False
-        for d in range(3):
-            if shape[d] < size[d] and math.prod(shape) * 2 * voxel_bytes <= target:
-                shape[d] *= 2
-                grew = True
-    return tuple(shape)  # type: ignore[return-value]  # 3 axes
+    """``unit`` grown along x, y, z up to ``target`` bytes (see :func:`grow_block`)."""
+    return grow_block(unit, size, voxel_bytes, target)  # type: ignore[return-value]  # 3 axes
 
 
 def _boxes(origin: Vec3, size: Vec3, block: Sequence[int]) -> list[Box]:

@@ -7,12 +7,13 @@ order, indexed in the volume's global voxel coordinates (the domain starts at
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
 import posixpath
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from shardvol.array.cache import (
     shared_cache,
 )
 from shardvol.array.chunkstore import ChunkCoord, ChunkStore
+from shardvol.array.dask import Source, make_source
 from shardvol.array.engine import ChunkedArray
 from shardvol.array.futures import AsyncMethods
 from shardvol.array.grid import ChunkGrid
@@ -38,6 +40,10 @@ from shardvol.precomputed.raw_files import RawFileReader
 from shardvol.precomputed.sharded import ShardedChunkStore
 from shardvol.precomputed.unsharded import UnshardedChunkStore, chunk_key
 from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
+
+if TYPE_CHECKING:
+    import dask.array
+    from dask.delayed import Delayed
 
 INFO_KEY = "info"
 
@@ -286,6 +292,90 @@ class Volume(AsyncMethods):
         """Same as ``vol[key] = value``."""
         self[key] = value
 
+    # -------------------------------------------------------------------- dask
+    def _dask_source(self, order: Literal["C", "F"] | None = None) -> Source:
+        opener = functools.partial(Volume, self._kv, self.scale.key, **self._options)
+        return make_source(opener, self._meta.to_json(), self._array, self.url, order)
+
+    def _unit_shape(self) -> tuple[int, int, int, int] | None:
+        """Voxel shape of a storage unit (a chunk file or an aligned shard); None for hashed
+        shards, which are not boxes."""
+        unit = self.chunk_size if self._spec is None else self.shard_shape
+        return None if unit is None else (*unit, self.num_channels)
+
+    def to_dask(
+        self, chunks: Any = None, order: Literal["C", "F"] = "F"
+    ) -> dask.array.Array:
+        """This scale as a lazy ``dask.array`` of shape ``(x, y, z, channel)``, index 0 at
+        ``voxel_offset``, whose blocks are numpy arrays in ``order`` (Fortran order, as
+        stored, is the fast one to read; Dask assembles results of several blocks, and
+        rechunks, in C order, which copies Fortran-ordered blocks slowly).
+
+        ``chunks=None``: blocks of whole shards (aligned sharding) or whole chunks, grouped
+        up to about 32 MiB, on the chunk grid (which starts at ``voxel_offset``); else any
+        ``chunks`` of ``dask.array.from_array`` (3 values: x, y, z, all channels).  The
+        graph holds the volume's URL, scale and options, never data: each worker opens the
+        volume once and reads its blocks (``memory://`` volumes: local schedulers only).
+        """
+        from shardvol.array.dask import block_shape, read_array
+
+        source = self._dask_source(order)
+        if chunks is None:
+            unit = self._unit_shape() or (*self.chunk_size, self.num_channels)
+            chunks = block_shape(unit, source)
+        elif isinstance(chunks, (tuple, list)) and len(chunks) == 3:
+            chunks = (*chunks, self.num_channels)
+        return read_array(source, chunks)
+
+    def write_dask(
+        self,
+        array: dask.array.Array,
+        offset: Sequence[int] | None = None,
+        *,
+        compute: bool = True,
+        progress: bool = True,
+    ) -> Delayed | None:
+        """Write a Dask array of shape ``(x, y, z)`` (one channel) or ``(x, y, z, channel)``
+        with its first voxel at ``offset``, in global voxel coordinates as
+        ``vol[x0:, y0:, z0:] = array`` takes them (default: ``voxel_offset``, where index 0
+        of :meth:`to_dask` is).
+
+        The array is rechunked so that every task owns whole storage units: boxes of whole
+        chunk files or aligned shards, or, for hashed shards, the chunks of one shard
+        each; units the array covers in part are merged by their one task.  Runs on the
+        active Dask scheduler (with its progress bar); ``compute=False`` returns the
+        ``Delayed`` instead.  The dtype (a safe cast at most), shape and bounds are checked
+        before anything is written.
+        """
+        from shardvol.array.dask import compute as run
+        from shardvol.array.dask import store
+
+        c = self.num_channels
+        if getattr(array, "ndim", None) == 3:
+            if c != 1:
+                raise InvalidArgumentError(
+                    f"a 3-D array has one channel; {self.url} has {c}: give (x, y, z, channel)"
+                )
+            array = array[..., None]
+        elif getattr(array, "ndim", None) == 4 and array.shape[3] != c:
+            raise InvalidArgumentError(
+                f"the array has {array.shape[3]} channels; {self.url} has {c}"
+            )
+        given = _offset(self.voxel_offset if offset is None else offset, 3)
+        try:  # (from the domain's start, as the engine indexes)
+            local = tuple(int(g) - o for g, o in zip(given, (*self.voxel_offset, 0)))
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"offset must be a sequence of integers, got {offset!r}") from None
+        if len(given) != 4:
+            local = given  # (the engine names what is wrong with it)
+        result = store(array, self._dask_source(), local, engine=self._array,
+                       unit_shape=self._unit_shape())
+        if not compute:
+            return result
+        run(result, progress)
+        return None
+
     # ------------------------------------------------------------ chunk level
     def _parts(self, region: Any) -> list[ChunkPart]:
         sel = self._selection(region, bounded=False)
@@ -512,6 +602,17 @@ def make_scale(
     elif sharding is not None:
         raise InfoError(f"sharding must be None, 'auto' or a spec dict, got {sharding!r}")
     return ScaleInfo.from_dict(d, f"scale {d['key']}")
+
+
+def _offset(offset: Sequence[int], spatial: int) -> tuple[Any, ...]:
+    """``offset`` as a tuple, with the channel axis's 0 added to ``spatial`` values."""
+    try:
+        values = tuple(offset)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"offset must be a sequence of integers, got {offset!r}"
+        ) from None
+    return (*values, 0) if len(values) == spatial else values
 
 
 def _integer(value: Any) -> Any:

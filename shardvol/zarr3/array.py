@@ -10,9 +10,10 @@ only part of a shard reads, merges and rewrites that shard under its lock.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from shardvol.array.cache import (
     forget_shared,
     shared_cache,
 )
+from shardvol.array.dask import Source, make_source
 from shardvol.array.engine import ChunkedArray
 from shardvol.array.futures import AsyncMethods
 from shardvol.array.grid import ChunkGrid
@@ -32,6 +34,10 @@ from shardvol.kvstore import KVStore, open_store
 from shardvol.zarr3.chunkstore import ZarrChunkStore
 from shardvol.zarr3.codecs import JSON, Codec
 from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata, ChunkKeyEncoding, create_metadata
+
+if TYPE_CHECKING:
+    import dask.array
+    from dask.delayed import Delayed
 
 MODES = ("r", "r+")
 
@@ -57,7 +63,9 @@ class ZarrArray(AsyncMethods):
             raise InvalidArgumentError(f"order must be 'C' or 'F', got {order!r}")
         self._store = store
         self._mode = mode
-        self._options = {"order": order, "parallel": parallel, "cache_bytes": cache_bytes}
+        self._options: dict[str, Any] = {
+            "order": order, "parallel": parallel, "cache_bytes": cache_bytes,
+        }
         meta = store.metadata
         budget = cache_budget(cache_bytes, DEFAULT_REMOTE_CACHE_BYTES if store.remote else 0)
         self._array = ChunkedArray(
@@ -198,6 +206,54 @@ class ZarrArray(AsyncMethods):
     def write(self, key: Any, value: Any) -> None:
         """Same as ``arr[key] = value``."""
         self[key] = value
+
+    # -------------------------------------------------------------------- dask
+    def _dask_source(self, order: Literal["C", "F"] | None = None) -> Source:
+        opener = functools.partial(open, self._store.kv, self._mode, **self._options)
+        return make_source(opener, self.metadata.to_bytes(), self._array, self.url, order)
+
+    def to_dask(
+        self, chunks: Any = None, order: Literal["C", "F"] | None = None
+    ) -> dask.array.Array:
+        """The array as a lazy ``dask.array`` in its own axes, blocks in ``order`` (default:
+        the array's ``order``).
+
+        ``chunks=None``: blocks of whole shards (sharded) or whole chunks, grouped up to
+        about 32 MiB; else any ``chunks`` of ``dask.array.from_array``.  The graph holds
+        the array's URL and options, never data: each worker opens the array once.
+        """
+        from shardvol.array.dask import block_shape, read_array
+
+        source = self._dask_source(order)
+        if chunks is None:
+            chunks = block_shape(self.metadata.chunk_shape, source)
+        return read_array(source, chunks)
+
+    def write_dask(
+        self,
+        array: dask.array.Array,
+        offset: Sequence[int] | None = None,
+        *,
+        compute: bool = True,
+        progress: bool = True,
+    ) -> Delayed | None:
+        """Write a Dask array at index ``offset`` (default 0), each task owning whole
+        shards (or chunks); the shards the array covers in part are merged by their one
+        task.  Runs on the active Dask scheduler (with its progress bar);
+        ``compute=False`` returns the ``Delayed``.  dtype (a safe cast at most), shape and
+        bounds are checked before anything is written.
+        """
+        from shardvol.array.dask import compute as run
+        from shardvol.array.dask import store
+
+        self._writable("a Dask array")
+        offset = (0,) * self.ndim if offset is None else offset
+        result = store(array, self._dask_source(), offset, engine=self._array,
+                       unit_shape=self.metadata.chunk_shape)
+        if not compute:
+            return result
+        run(result, progress)
+        return None
 
     def _writable(self, what: str) -> None:
         if self._mode == "r":
