@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-SOURCES := pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h shardvol/_ext/*.pyx shardvol/_ext/*.pxd)
+SOURCES := pyproject.toml setup.py constraints.txt $(wildcard csrc/*.c csrc/*.h shardvol/_ext/*.pyx shardvol/_ext/*.pxd)
 
 .PHONY: demo test lint bench clean
 
@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed-demo: $(BIN)/python $(SOURCES)
-	$(BIN)/pip install --quiet -e ".[demo]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[demo]"
 	touch $@
 
 $(VENV)/.installed-test: $(BIN)/python $(SOURCES)
-	$(BIN)/pip install --quiet -e ".[test,dask,demo]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[test,dask,demo]"
 	touch $@ $(VENV)/.installed-demo
 
 demo: $(VENV)/.installed-demo
@@ -26,7 +26,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 $(VENV)/.installed-lint: $(VENV)/.installed-test
-	$(BIN)/pip install --quiet -e ".[test,dask,demo,lint]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[test,dask,demo,lint]"
 	touch $@
 
 # ruff (rules in pyproject.toml) over the code, tests and benchmarks; mypy over shardvol/
@@ -35,7 +35,7 @@ lint: $(VENV)/.installed-lint
 	$(BIN)/mypy
 
 $(VENV)/.installed-bench: $(VENV)/.installed-test
-	$(BIN)/pip install --quiet -e ".[test,dask,demo,bench]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[test,dask,demo,bench]"
 	touch $@
 
 bench: $(VENV)/.installed-bench
