@@ -193,3 +193,15 @@ def test_exiting_does_not_wait_on_reads_under_way(served, tmp_path):
     child.wait(timeout=60)
     child.stdout.close()
     assert time.monotonic() - start < 15
+
+
+def test_a_chunk_written_while_a_read_fetches_it_is_not_cached_from_that_read():
+    cache = ChunkCache(1 << 20)
+    mine, _ = cache.claim([(0, 0), (0, 1)])
+    cache.drop([(0, 0)])  # (a write of (0, 0) landed while the read fetched it)
+    cache.put((0, 0), np.zeros(4), None)
+    cache.put((0, 1), np.zeros(4), None)
+    assert cache.get((0, 0)) is None and cache.get((0, 1)) is not None
+    cache.release(mine)
+    cache.put((0, 0), np.ones(4), None)  # (a later read's fetch is kept)
+    assert cache.get((0, 0)) is not None

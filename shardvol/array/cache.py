@@ -61,6 +61,9 @@ class ChunkCache:
         self._used = 0
         self._lock = threading.Lock()
         self._claims: dict[ChunkCoord, threading.Event] = {}
+        # claimed chunks that a write dropped while they were being fetched: the bytes
+        # fetched may be older than the write, so they are not kept
+        self._spoiled: set[ChunkCoord] = set()
         _ALL.add(self)
 
     def __getstate__(self) -> dict[str, int]:
@@ -93,6 +96,8 @@ class ChunkCache:
         if chunk is not None:
             chunk.flags.writeable = False
         with self._lock:
+            if coord in self._spoiled:
+                return
             old = self._entries.pop(coord, None)
             if old is not None:
                 self._used -= _size(old)
@@ -125,24 +130,32 @@ class ChunkCache:
         """End the claims on ``coords`` (fetched, or failed: the waiting reads look in the
         cache, then fetch what they do not find)."""
         with self._lock:
-            events = [self._claims.pop(c) for c in coords]
+            events = []
+            for c in coords:
+                events.append(self._claims.pop(c))
+                self._spoiled.discard(c)
         for event in events:
             event.set()
 
     def drop(self, coords: Iterable[ChunkCoord]) -> None:
+        """Forget ``coords`` (written or changed), also where a read is fetching them."""
         with self._lock:
             for c in coords:
+                if c in self._claims:
+                    self._spoiled.add(c)
                 old = self._entries.pop(c, None)
                 if old is not None:
                     self._used -= _size(old)
 
     def drop_if(self, predicate: Callable[[ChunkCoord], bool]) -> None:
         with self._lock:
+            self._spoiled.update(c for c in self._claims if predicate(c))
             for c in [c for c in self._entries if predicate(c)]:
                 self._used -= _size(self._entries.pop(c))
 
     def clear(self) -> None:
         with self._lock:
+            self._spoiled.update(self._claims)
             self._entries.clear()
             self._used = 0
 
@@ -190,7 +203,7 @@ def _reset_in_child() -> None:
     _shared_lock = threading.Lock()
     for cache in list(_ALL):
         cache._lock = threading.Lock()
-        cache._claims = {}  # (the parent's reads that claimed them are not here)
+        cache._claims, cache._spoiled = {}, set()  # (the parent's reads are not here)
 
 
 os.register_at_fork(after_in_child=_reset_in_child)

@@ -175,12 +175,22 @@ class ChunkedArray:
             self._fetch_parts([p for p in parts if p.coord in claimed], out, versions)
         finally:
             self.cache.release(mine)
-        if theirs:
-            for event in theirs.values():
-                event.wait()
-            rest, versions = self._from_cache([p for p in parts if p.coord in theirs], out)
-            if rest:  # (the other read failed, or its chunks are out of the cache already)
-                self._fetch_parts(rest, out, versions)
+        if not theirs:
+            return
+        for event in theirs.values():
+            event.wait()
+        rest, versions = self._from_cache([p for p in parts if p.coord in theirs], out)
+        if not rest:
+            return
+        # the other read failed, its chunks were written meanwhile, or are out of the
+        # cache already: fetched here, and cached unless yet another read is fetching them
+        again, _ = self.cache.claim(p.coord for p in rest)
+        try:
+            claimed = set(again)
+            self._fetch_parts([p for p in rest if p.coord in claimed], out, versions)
+            self._fetch_parts([p for p in rest if p.coord not in claimed], out)
+        finally:
+            self.cache.release(again)
 
     def _fetch_parts(
         self, parts: list[ChunkPart], out: np.ndarray,
