@@ -205,3 +205,25 @@ def test_a_chunk_written_while_a_read_fetches_it_is_not_cached_from_that_read():
     cache.release(mine)
     cache.put((0, 0), np.ones(4), None)  # (a later read's fetch is kept)
     assert cache.get((0, 0)) is not None
+
+
+def test_writes_that_fail_at_once_do_not_stall_the_queue(tmp_path):
+    """Each write may finish before the next is queued: the queue neither deadlocks nor
+    loses a future (run in a thread, so that a stall fails the test instead of hanging)."""
+    import threading
+
+    vol = Volume.create(str(tmp_path / "w"), size=[64, 64, 64], chunk_size=[32, 32, 32])
+    errors = []
+
+    def writes():
+        for _ in range(300):
+            f = vol.write_async((slice(0, 4),) * 3, np.ones((5, 5, 5), np.uint8))
+            errors.append(f.exception(timeout=30))
+
+    t = threading.Thread(target=writes, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    assert len(errors) == 300 and all(isinstance(e, InvalidArgumentError) for e in errors)
+    with pytest.raises(InvalidArgumentError, match="cannot write list"):
+        vol.write_async((slice(0, 2),) * 3, [[1, 2], [3]])

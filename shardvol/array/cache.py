@@ -128,12 +128,14 @@ class ChunkCache:
 
     def release(self, coords: Iterable[ChunkCoord]) -> None:
         """End the claims on ``coords`` (fetched, or failed: the waiting reads look in the
-        cache, then fetch what they do not find)."""
+        cache, then fetch what they do not find); those ended already are skipped."""
         with self._lock:
             events = []
             for c in coords:
-                events.append(self._claims.pop(c))
-                self._spoiled.discard(c)
+                event = self._claims.pop(c, None)  # (released already, chunk by chunk)
+                if event is not None:
+                    events.append(event)
+                    self._spoiled.discard(c)
         for event in events:
             event.set()
 

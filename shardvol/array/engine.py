@@ -361,13 +361,17 @@ class ChunkedArray:
         box: tuple[slice | EllipsisType, ...] = (*p.out_sel, ...)  # (in [...]: Python 3.11)
         view = out[box]  # a view also of a 0-d array (out[()] is a copy)
         if versions is not None and self.cache is not None:
+            # (a claimed chunk: cached, then its claim ends, so that reads waiting for it
+            # need not wait for the rest of this read)
             if blob is not None:
                 chunk = self.codec.decode(blob, self.encoded_shape(p.coord), self.dtype,
                                           context=context)
                 self.cache.put(p.coord, chunk, versions[p.coord])
+                self.cache.release([p.coord])
                 view[...] = chunk[p.chunk_sel]
                 return
             self.cache.put(p.coord, None, versions[p.coord])
+            self.cache.release([p.coord])
         if blob is None:
             if not self.fill_missing:
                 raise MissingChunkError(f"{context} is missing")

@@ -17,7 +17,6 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -42,8 +41,13 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+_exiting = False
+
+
 def _cancel_pending() -> None:
     """At exit: futures not started are cancelled (those running finish)."""
+    global _exiting
+    _exiting = True
     with _pool_lock:
         if _pool is not None:
             _pool.shutdown(wait=False, cancel_futures=True)
@@ -66,8 +70,9 @@ def submit(fn: Callable[[], T]) -> Future[T]:
 
 
 class WriteQueue:
-    """Writes of one array, run one after another in the order they were submitted; each
-    is handed to the pool only when the previous one is done (no thread waits)."""
+    """Writes of one array, run one after another in the order they were submitted: one
+    pool thread runs them while there are any (no thread waits for another).  A write
+    not yet started can be cancelled; at interpreter exit those not started are."""
 
     def __init__(self) -> None:
         self._queue: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
@@ -84,33 +89,32 @@ class WriteQueue:
         future: Future[T] = Future()
         with self._lock:
             self._queue.append((future, fn))
-            if not self._running:
-                self._start_next()
+            if self._running:
+                return future
+            self._running = True
+        try:
+            _executor().submit(self._run)
+        except RuntimeError:  # the pool is shut down: the interpreter is exiting
+            self._run()
         return future
 
-    def _start_next(self) -> None:
-        """Hand the next write not cancelled to the pool (the lock is held)."""
-        while self._queue:
-            future, fn = self._queue.popleft()
+    def _run(self) -> None:
+        """Run the queued writes in order until there are none."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._running = False
+                    return
+                future, fn = self._queue.popleft()
+            if _exiting:
+                future.cancel()
+                continue
             if not future.set_running_or_notify_cancel():
-                continue
-            self._running = True
+                continue  # (cancelled)
             try:
-                task = _executor().submit(fn)
-            except RuntimeError as e:  # the pool is shut down: the interpreter is exiting
+                future.set_result(fn())
+            except BaseException as e:
                 future.set_exception(e)
-                continue
-            task.add_done_callback(partial(self._finished, future))
-            return
-        self._running = False
-
-    def _finished(self, future: Future[Any], task: Future[Any]) -> None:
-        try:
-            future.set_result(task.result())
-        except BaseException as e:  # (CancelledError too: the pool was shut down)
-            future.set_exception(e)
-        with self._lock:
-            self._start_next()
 
 
 class _Array(Protocol):
@@ -139,7 +143,10 @@ class AsyncMethods:
     def write_async(self: _Array, key: Any, value: Any) -> Future[None]:
         """``self[key] = value`` in the background, after the writes this handle was given
         before (``value`` is copied now: the caller may change it at once)."""
-        copied = np.array(value, copy=True)
+        try:
+            copied = np.array(value, copy=True)
+        except (TypeError, ValueError) as e:  # (ragged sequences, objects numpy refuses)
+            raise InvalidArgumentError(f"cannot write {type(value).__name__} value: {e}") from None
         queue = self.__dict__.get("_write_queue")
         if queue is None:
             queue = self.__dict__.setdefault("_write_queue", WriteQueue())

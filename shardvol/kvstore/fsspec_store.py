@@ -52,6 +52,15 @@ _VERSION_FIELDS = ("ETag", "generation", "etag", "mtime", "LastModified", "last_
 S3_PROTOCOLS = {"s3", "s3a"}
 
 
+class _Shared:
+    """A GET in flight and how many reads wait for its answer."""
+
+    __slots__ = ("task", "waiting")
+
+    def __init__(self, task: asyncio.Task) -> None:
+        self.task, self.waiting = task, 0
+
+
 class FsspecStore(KVStore):
     """Values as objects below an fsspec URL.
 
@@ -119,7 +128,7 @@ class FsspecStore(KVStore):
         self._async = bool(getattr(self.fs, "async_impl", False))
         # GETs in flight, by (path, range, ETag): an identical GET waits for the same answer
         # (concurrent reads of one shard ask for its index once); touched on the I/O loop only
-        self._in_flight: dict[tuple[str, ByteRange | None, str | None], asyncio.Task] = {}
+        self._in_flight: dict[tuple[str, ByteRange | None, str | None], _Shared] = {}
 
     def _run(self, what: str, coro: Callable[[], Awaitable[T]], call: Callable[[], T]) -> T:
         """One request, retried: ``coro()`` on the I/O loop for asynchronous filesystems,
@@ -274,17 +283,26 @@ class FsspecStore(KVStore):
 
         async def one() -> tuple[Any, Any]:
             flight = (path, byte_range, etag)
-            task = self._in_flight.get(flight)
-            if task is None:
-                task = self._in_flight[flight] = asyncio.ensure_future(fetch())
+            shared = self._in_flight.get(flight)
+            if shared is None:
+                shared = self._in_flight[flight] = _Shared(asyncio.ensure_future(fetch()))
 
                 def landed(done: asyncio.Task) -> None:
-                    if self._in_flight.get(flight) is done:  # (not one sent after a write)
-                        del self._in_flight[flight]
+                    entry = self._in_flight.get(flight)
+                    if entry is not None and entry.task is done:  # (not one sent after a write)
+                        self._in_flight.pop(flight, None)
 
-                task.add_done_callback(landed)
-            # (shielded: a reader that gives up does not cancel the others' answer)
-            return await asyncio.shield(task)
+                shared.task.add_done_callback(landed)
+            shared.waiting += 1
+            try:
+                # (shielded: one reader giving up does not cancel the others' answer)
+                return await asyncio.shield(shared.task)
+            finally:
+                shared.waiting -= 1
+                if not shared.waiting and not shared.task.done():
+                    shared.task.cancel()  # (every reader gave up: the request goes too)
+                    if self._in_flight.get(flight) is shared:
+                        self._in_flight.pop(flight, None)
 
         return one
 
