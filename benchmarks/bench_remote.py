@@ -70,7 +70,10 @@ class Shardvol(Lib):
 
     def open(self, url: str) -> Any:
         if url.startswith("http"):
-            return Volume(FsspecStore(url, skip_instance_cache=True))
+            vol = Volume(FsspecStore(url, skip_instance_cache=True))
+            if vol.cache is not None:
+                vol.cache.clear()  # (the process's cache of the volume outlives handles)
+            return vol
         return Volume(url)
 
     def read(self, h: Any, box: tuple[slice, ...] | None) -> np.ndarray:

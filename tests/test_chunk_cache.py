@@ -116,3 +116,22 @@ def test_a_pickled_remote_volume_gets_the_process_cache_back(tmp_path):
         again = pickle.loads(pickle.dumps(vol))
         assert again.cache is vol.cache
         assert np.array_equal(again[...], data)
+
+
+def test_a_read_larger_than_half_the_cache_is_not_cached(tmp_path):
+    """It would only evict itself (and cost a copy of every chunk): it reads as without a
+    cache, and what the cache held stays."""
+    data = _volume(tmp_path / "v")
+    chunk = 16 * 16 * 16 * data.dtype.itemsize  # (the chunk size of _volume)
+    vol = Volume(str(tmp_path / "v"), cache_bytes=5 * chunk)
+    assert vol.cache is not None
+    vol.cache.clear()
+    small = (slice(0, 16), slice(0, 16), slice(0, 16))
+    assert np.array_equal(vol[small], data[small])
+    assert len(vol.cache) == 1
+    big = (slice(0, 64), slice(0, 16), slice(0, 16))  # (3 chunks to fetch > 2.5, half)
+    assert np.array_equal(vol[big], data[big])
+    assert len(vol.cache) == 1
+    two = (slice(16, 48), slice(0, 16), slice(0, 16))
+    assert np.array_equal(vol[two], data[two])
+    assert len(vol.cache) == 3

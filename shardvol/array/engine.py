@@ -162,12 +162,19 @@ class ChunkedArray:
     def _read_parts(self, parts: list[ChunkPart], out: np.ndarray) -> None:
         """Fetch and decode ``parts`` into ``out``: cached chunks are copied; of the others,
         those that a concurrent read is fetching are waited for (it caches them) while this
-        read fetches the rest."""
+        read fetches the rest.  Reads of more chunks than half the cache holds are not
+        cached."""
         if self.cache is None:
             self._fetch_parts(parts, out)
             return
         parts, versions = self._from_cache(parts, out)
         if not parts:
+            return
+        chunk_bytes = math.prod(self.grid.chunk_shape) * self.dtype.itemsize
+        if len(parts) * chunk_bytes > self.cache.nbytes // 2:
+            # (a read of more than half the cache would only evict itself: it decodes
+            # straight into its output, as without a cache)
+            self._fetch_parts(parts, out)
             return
         mine, theirs = self.cache.claim(p.coord for p in parts)
         try:
