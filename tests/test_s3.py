@@ -286,10 +286,11 @@ def test_processes_downsample_into_shared_hashed_shards(bucket, tmp_path):
 
 def test_a_renewing_holder_keeps_its_lock_past_the_lease_time(bucket):
     """Renewals change the lease's ETag, so a waiter does not take a live holder for dead
-    however long it holds the lock (here 4 lease times)."""
-    s = FsspecStore(bucket, lease_ttl=0.5)
+    however long it holds the lock (here 4 lease times; a lease of 1.5 s, so that a
+    renewal delayed by a loaded machine is not taken for a holder's death)."""
+    s = FsspecStore(bucket, lease_ttl=LEASE)
     ctx = multiprocessing.get_context("spawn")
-    holder = ctx.Process(target=_hold, args=(bucket, 2.0))
+    holder = ctx.Process(target=_hold, args=(bucket, 4 * LEASE))
     holder.start()
     deadline = time.monotonic() + 60
     while s.get("k") != b"holding" and time.monotonic() < deadline:
@@ -301,8 +302,11 @@ def test_a_renewing_holder_keeps_its_lock_past_the_lease_time(bucket):
     assert got == b"released"
 
 
+LEASE = 1.5
+
+
 def _hold(url: str, seconds: float) -> None:
-    s = FsspecStore(url, lease_ttl=0.5)
+    s = FsspecStore(url, lease_ttl=LEASE)
     with s.lock("k"):
         s.set("k", b"holding")
         time.sleep(seconds)
