@@ -18,6 +18,7 @@ written stay written.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Hashable, Sequence
@@ -132,6 +133,11 @@ class ChunkedArray:
         return self.parallel or default_parallel()
 
     @cached_property
+    def _chunk_bytes(self) -> int:
+        """Bytes of a decoded chunk."""
+        return math.prod(self.grid.chunk_shape) * self.dtype.itemsize
+
+    @cached_property
     def _decodes_regions(self) -> bool:
         return isinstance(self.codec, RegionCodec)
 
@@ -170,34 +176,37 @@ class ChunkedArray:
         parts, versions = self._from_cache(parts, out)
         if not parts:
             return
-        chunk_bytes = math.prod(self.grid.chunk_shape) * self.dtype.itemsize
-        if len(parts) * chunk_bytes > self.cache.nbytes // 2:
+        if len(parts) * self._chunk_bytes > self.cache.nbytes // 2:
             # (a read of more than half the cache would only evict itself: it decodes
             # straight into its output, as without a cache)
             self._fetch_parts(parts, out)
             return
+        theirs = self._fetch_claimed(parts, out, versions)
+        if not theirs:
+            return
+        for event in theirs.values():
+            event.wait()
+        rest, versions = self._from_cache([p for p in parts if p.coord in theirs], out)
+        # the other read failed, its chunks were written meanwhile, or are out of the
+        # cache already: fetched here, and cached unless yet another read is fetching them
+        again = self._fetch_claimed(rest, out, versions)
+        self._fetch_parts([p for p in rest if p.coord in again], out)
+
+    def _fetch_claimed(
+        self, parts: list[ChunkPart], out: np.ndarray,
+        versions: dict[ChunkCoord, Hashable | None],
+    ) -> dict[ChunkCoord, threading.Event]:
+        """Fetch, decode and cache the parts no concurrent read is fetching (claimed, and
+        released chunk by chunk as they are cached); the others, with the event their
+        fetching read sets when it is done with them."""
+        assert self.cache is not None
         mine, theirs = self.cache.claim(p.coord for p in parts)
         try:
             claimed = set(mine)
             self._fetch_parts([p for p in parts if p.coord in claimed], out, versions)
         finally:
             self.cache.release(mine)
-        if not theirs:
-            return
-        for event in theirs.values():
-            event.wait()
-        rest, versions = self._from_cache([p for p in parts if p.coord in theirs], out)
-        if not rest:
-            return
-        # the other read failed, its chunks were written meanwhile, or are out of the
-        # cache already: fetched here, and cached unless yet another read is fetching them
-        again, _ = self.cache.claim(p.coord for p in rest)
-        try:
-            claimed = set(again)
-            self._fetch_parts([p for p in rest if p.coord in claimed], out, versions)
-            self._fetch_parts([p for p in rest if p.coord not in claimed], out)
-        finally:
-            self.cache.release(again)
+        return theirs
 
     def _fetch_parts(
         self, parts: list[ChunkPart], out: np.ndarray,
@@ -220,13 +229,12 @@ class ChunkedArray:
             self._stream_decode(by_coord, out, versions)
             return
         threads = self._read_work.threads(len(by_coord), self._threads())
-        chunk_bytes = math.prod(self.grid.chunk_shape) * self.dtype.itemsize
         n = len(by_coord)
         if (
             threads > 1
             and (self.box_reader is None or versions is not None)  # (box reads: in batches)
             and n <= _FETCH_FIRST_CHUNKS
-            and n * chunk_bytes <= _FETCH_FIRST_BYTES
+            and n * self._chunk_bytes <= _FETCH_FIRST_BYTES
         ):
             self._fetch_then_decode(by_coord, out, threads, versions)
             return
