@@ -27,11 +27,9 @@ import numpy as np
 from shardvol.array.cache import ChunkCache
 from shardvol.array.futures import AsyncMethods
 from shardvol.array.indexing import AxisSelection, normalize_selection
-from shardvol.array.values import cast_value
 from shardvol.errors import (
     AlreadyExistsError,
     InfoError,
-    InvalidArgumentError,
     InvalidKeyError,
     ReadOnlyStoreError,
 )
@@ -267,14 +265,8 @@ class OmeZarrImage(AsyncMethods):
         if self.array.mode == "r":
             raise ReadOnlyStoreError(f"cannot write to {self.url}: opened with mode='r'")
         frame, sel = self._selections(key)
-        arr = cast_value(value, self.dtype)
-        shape = tuple(s.count for s in frame if not s.drop)
-        try:
-            arr = np.broadcast_to(arr, shape)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"cannot write a value of shape {arr.shape} into a selection of shape {shape}"
-            ) from None
+        arr = self.array.chunked_array.prepare_value(frame, value)  # (dtype, broadcast)
+        arr = arr.reshape(tuple(s.count for s in frame if not s.drop))
         if self._ms.index("channel") is None and not frame[3].drop:
             if frame[3].count == 0:
                 return
