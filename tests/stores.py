@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 from shardvol.kvstore import KVStore
+
+
+def stored_files(root: str) -> dict[str, bytes]:
+    """The bytes of every file under ``root``, by path relative to it."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = f.read()
+    return out
 
 
 class Recording(KVStore):

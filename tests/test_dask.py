@@ -35,6 +35,7 @@ from shardvol.errors import (  # noqa: E402
 )
 from shardvol.sharding import auto_sharding  # noqa: E402
 from tests.oracles import ts_create, ts_read  # noqa: E402
+from tests.stores import stored_files  # noqa: E402
 
 CHUNK = (16, 16, 8)
 SHAPE = (100, 72, 44)  # 7 x 5 x 6 chunks; not a multiple of the chunk or shard shape
@@ -94,16 +95,6 @@ def ts_volume(path, data, sharding=None, encoding="raw", layer="image"):
                       type=layer, **scale)
     store.write(data).result()
     return str(path)
-
-
-def files(root):
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            p = os.path.join(dirpath, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
 
 
 def assert_aligned(chunks, unit):
@@ -349,11 +340,11 @@ def test_zarr_read_only_refuses(tmp_path):
 def test_bad_writes_name_the_problem_and_write_nothing(tmp_path, value, offset, error, match):
     path = ts_volume(tmp_path / "v", image(seed=9), aligned_spec())
     vol = shardvol.Volume(path)
-    stored = files(path)
+    stored = stored_files(path)
     at = tuple(o + a for o, a in zip(OFFSET, offset)) if len(offset) == 3 else offset
     with pytest.raises(error, match=match):
         vol.write_dask(value, at)  # (offsets from the volume's start, in global coordinates)
-    assert files(path) == stored
+    assert stored_files(path) == stored
 
 
 def test_channel_count_of_a_3d_array(tmp_path):

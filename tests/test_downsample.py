@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -19,6 +18,7 @@ from shardvol.ops.downsample import Scale, plan
 from shardvol.sizes import parse_bytes
 
 from .oracles import cv_read, ts_open
+from .stores import stored_files
 
 DTYPES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32"]
 
@@ -146,15 +146,6 @@ def test_tensorstore_and_cloudvolume_read_every_scale(tmp_path):
         np.testing.assert_array_equal(cv_read(str(tmp_path), i), m[...])
 
 
-def _files(root: str) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            p = os.path.join(dirpath, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
-
 
 def test_process_pool_and_dask_cluster_write_identical_files(tmp_path):
     distributed = pytest.importorskip("dask.distributed")
@@ -175,7 +166,7 @@ def test_process_pool_and_dask_cluster_write_identical_files(tmp_path):
                     distributed.Client(cluster) as client:
                 shardvol.downsample(path, (2, 2, 1), 2, progress=False,
                                     executor=client.get_executor(), memory_limit="40KB")
-        runs[name] = _files(path)
+        runs[name] = stored_files(path)
     assert runs["threads"].keys() == runs["processes"].keys() == runs["dask"].keys()
     for key in runs["threads"]:
         assert runs["threads"][key] == runs["processes"][key] == runs["dask"][key], key
