@@ -52,6 +52,17 @@ def _message(sv_cpso_error err, size_t nbytes):
     return f"corrupt data (reason {r})"
 
 
+cdef int _geometry(cnp.ndarray a, size_t *shape, ptrdiff_t *strides) except -1:
+    """``a``'s shape and its strides in items (InvalidArgumentError if not whole items)."""
+    cdef Py_ssize_t itemsize = a.itemsize
+    for d in range(3):
+        shape[d] = a.shape[d]
+        if a.strides[d] % itemsize:
+            raise InvalidArgumentError("array strides must be multiples of the item size")
+        strides[d] = a.strides[d] // itemsize
+    return 0
+
+
 def decode(data, cnp.ndarray out not None, str context=""):
     """Decode the compresso stream ``data`` into ``out``, a 3-D (x, y, z) uint8-64 array of
     the chunk's shape and any strides (written in place).  Raises ChunkDecodeError naming
@@ -62,12 +73,7 @@ def decode(data, cnp.ndarray out not None, str context=""):
         raise InvalidArgumentError("decode output array is read-only")
     cdef size_t shape[3]
     cdef ptrdiff_t strides[3]
-    cdef Py_ssize_t itemsize = out.itemsize
-    for d in range(3):
-        shape[d] = out.shape[d]
-        if out.strides[d] % itemsize:
-            raise InvalidArgumentError("array strides must be multiples of the item size")
-        strides[d] = out.strides[d] // itemsize
+    _geometry(out, shape, strides)
     cdef size_t scratch_len = sv_cpso_scratch_bytes(shape)
     if scratch_len == 0:
         raise InvalidArgumentError(
@@ -80,7 +86,7 @@ def decode(data, cnp.ndarray out not None, str context=""):
     cdef const uint8_t *pdata = &buf[0] if buf.shape[0] else &empty
     cdef size_t nbytes = buf.shape[0]
     cdef void *pout = cnp.PyArray_DATA(out)
-    cdef size_t label_bytes = itemsize
+    cdef size_t label_bytes = out.itemsize
     cdef sv_cpso_error err
     cdef int rc
     with nogil:
@@ -102,14 +108,9 @@ def encode(cnp.ndarray array not None):
         raise InvalidArgumentError("compresso encodes 3-D native uint8-64 arrays")
     cdef size_t shape[3]
     cdef ptrdiff_t strides[3]
-    cdef Py_ssize_t itemsize = array.itemsize
-    for d in range(3):
-        shape[d] = array.shape[d]
-        if array.strides[d] % itemsize:
-            raise InvalidArgumentError("array strides must be multiples of the item size")
-        strides[d] = array.strides[d] // itemsize
+    _geometry(array, shape, strides)
     cdef const void *pin = cnp.PyArray_DATA(array)
-    cdef size_t label_bytes = itemsize
+    cdef size_t label_bytes = array.itemsize
     cdef uint8_t *pout = NULL
     cdef size_t nout = 0
     cdef int rc
