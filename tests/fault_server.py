@@ -50,7 +50,8 @@ class Faults:
     trickles out over ``slow_seconds``), ``hang`` (no answer for an hour).  ``plan``: the
     faults of the next requests, in order, before any drawn one ("error", "reset",
     "lost", "short", "slow", "hang" or "ok").  ``ignore_range``: ranges are answered with the
-    whole file (200), as some servers do.
+    whole file (200), as some servers do; ``wrong_range``: with the bytes from one past
+    the start asked for (and a Content-Range that says so).
     """
 
     latency: float = 0.0
@@ -65,6 +66,7 @@ class Faults:
     hang: float = 0.0
     plan: list[str] = field(default_factory=list)
     ignore_range: bool = False
+    wrong_range: bool = False
     seed: int | None = None
 
 
@@ -179,6 +181,8 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
         body_in = await request.read()
         state.stats["requests"] += 1
         state.stats[request.method] += 1
+        if "Range" in request.headers:
+            state.stats[f"Range {request.headers['Range']}"] += 1
         fault = state.draw()
         state.stats[f"fault {fault}"] += 1
         if state.faults.latency:
@@ -226,6 +230,8 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
                 return await _deliver(request, state, 200, headers, data, fault, size)
             assert isinstance(span, tuple)
             start, stop = span
+            if state.faults.wrong_range and start + 1 < stop:
+                start += 1  # (the answer says so in its Content-Range)
             f.seek(start)
             data = f.read(stop - start) if request.method == "GET" else b""
         headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
@@ -308,7 +314,7 @@ class FaultServer:
 
     def stats(self, reset: bool = False) -> Counter[str]:
         """Requests counted so far (``requests``, by method, ``fault <kind>``, ``bytes``,
-        ``max in flight``: the most answered at once)."""
+        ``max in flight``: the most answered at once, ``Range <header>``: by range asked)."""
         return Counter(self._call("/_stats", {} if reset else None,
                                   "POST" if reset else "GET"))
 

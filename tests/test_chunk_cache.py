@@ -135,3 +135,23 @@ def test_a_read_larger_than_half_the_cache_is_not_cached(tmp_path):
     two = (slice(16, 48), slice(0, 16), slice(0, 16))
     assert np.array_equal(vol[two], data[two])
     assert len(vol.cache) == 3
+
+
+def test_chunks_read_whole_are_not_cached_once_they_take_half_the_cache(tmp_path):
+    """Chunks read whole decode straight into the output (caching them costs a copy), once
+    they take half the cache; chunks read in part (decoded whole anyway) are cached up to
+    half of it."""
+    data = _volume(tmp_path / "v")
+    chunk = 16 * 16 * 16 * data.dtype.itemsize
+    vol = Volume(str(tmp_path / "v"), cache_bytes=4 * chunk)
+    assert vol.cache is not None
+    vol.cache.clear()
+    whole = (slice(0, 32), slice(0, 16), slice(0, 16))  # 2 chunks read whole: half
+    assert np.array_equal(vol[whole], data[whole])
+    assert len(vol.cache) == 0
+    plane = (slice(0, 32), slice(0, 16), slice(5, 6))  # the same 2 chunks, in part
+    assert np.array_equal(vol[plane], data[plane])
+    assert len(vol.cache) == 2
+    one = (slice(32, 48), slice(0, 16), slice(0, 16))  # 1 chunk read whole: a quarter
+    assert np.array_equal(vol[one], data[one])
+    assert len(vol.cache) == 3

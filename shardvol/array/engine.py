@@ -168,17 +168,20 @@ class ChunkedArray:
     def _read_parts(self, parts: list[ChunkPart], out: np.ndarray) -> None:
         """Fetch and decode ``parts`` into ``out``: cached chunks are copied; of the others,
         those that a concurrent read is fetching are waited for (it caches them) while this
-        read fetches the rest.  Reads of more chunks than half the cache holds are not
-        cached."""
+        read fetches the rest.  Reads of chunks that take more than half the cache, or of
+        chunks read whole that take half of it, are not cached."""
         if self.cache is None:
             self._fetch_parts(parts, out)
             return
         parts, versions = self._from_cache(parts, out)
         if not parts:
             return
-        if len(parts) * self._chunk_bytes > self.cache.nbytes // 2:
-            # (a read of more than half the cache would only evict itself: it decodes
-            # straight into its output, as without a cache)
+        whole = sum(p.full for p in parts)
+        if (2 * len(parts) * self._chunk_bytes > self.cache.nbytes
+                or 2 * whole * self._chunk_bytes >= self.cache.nbytes):
+            # (a read of more than half the cache would only evict itself, and caching a
+            # chunk read whole costs a copy of it, for a later read that may not come:
+            # such reads decode straight into their output, as without a cache)
             self._fetch_parts(parts, out)
             return
         theirs = self._fetch_claimed(parts, out, versions)

@@ -23,6 +23,7 @@ from shardvol.errors import (
     ReadOnlyStoreError,
     VersionChangedError,
 )
+from shardvol.kvstore.arriving import Arriving
 
 ByteRange = tuple[int, int | None]
 #: Names starting with this are shardvol's own (temporary files, locks): never listed.
@@ -185,6 +186,20 @@ class KVStore(ABC):
         them, streamed as :meth:`iter_get_many_if` streams them."""
         for i, (value, version) in enumerate(self.get_many_versioned(requests)):
             yield i, value, version
+
+    def iter_get_arriving(
+        self, keys: Sequence[str], window: int = DEFAULT_WINDOW,
+        sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, Arriving]]:
+        """``(i, keys[i]'s value so far)`` of whole values, each time more of one has come
+        in (the last time ``done`` or ``missing``), in any order across values, with
+        :meth:`iter_get_many_versioned`'s window.  Remote stores that can stream a value
+        into its buffer as its bytes arrive (see :mod:`shardvol.kvstore.arriving`); this
+        default yields each value whole, with its version."""
+        for i, value, version in self.iter_get_many_versioned(keys, window, sizes):
+            arriving = Arriving()
+            arriving.complete(value, version)
+            yield i, arriving
 
     @abstractmethod
     def set(self, key: str, value: bytes) -> None:

@@ -27,6 +27,7 @@ from shardvol.errors import (
     UnsupportedSchemeError,
     VersionChangedError,
 )
+from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.base import (
     DEFAULT_WINDOW,
     HIDDEN_PREFIX,
@@ -230,14 +231,63 @@ class FsspecStore(KVStore):
             return
         yield from self._iter_fetch(_checked(requests), {}, window, sizes)
 
+    def iter_get_arriving(
+        self, keys: Sequence[str], window: int = DEFAULT_WINDOW,
+        sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, Arriving]]:
+        """HTTP(S) values stream into their buffers as their bytes arrive (S3's come whole);
+        every GET is sent at once, within the window."""
+        if not self._async or self._reads is None:
+            yield from super().iter_get_arriving(keys, window, sizes)
+            return
+        keys = [check_key(k) for k in keys]
+        values: list[Arriving | None] = [Arriving() for _ in keys]
+        ops = [self._arrive_one(k, cast(Arriving, v)) for k, v in zip(keys, values)]
+        events = _stream(self.fs.loop, ops, list(sizes or [None] * len(keys)), window)
+        del ops  # (a value's bytes are kept only until the caller has taken it whole)
+        for i, failed, final in events:
+            if final and failed is not None:
+                self._finish(keys[i], None, failed)  # (raises: 412 VersionChangedError, ...)
+            yield i, cast(Arriving, values[i])
+            if final:
+                values[i] = None
+
+    def _arrive_one(
+        self, key: str, value: Arriving
+    ) -> Callable[[Callable[[], None]], Awaitable[Exception | None]]:
+        """The op of one streamed GET of a whole value, retried within the budgets (an
+        attempt after some bytes came in asks for the rest): None, or the exception
+        that failed it."""
+        path, reads = self._path(key), self._reads
+
+        async def attempt(arrived: Callable[[], None]) -> None:
+            if isinstance(reads, HttpVersionedReads):
+                await reads.read_into(path, value, arrived)
+                return
+            assert reads is not None
+            data, etag = await reads.read_one(path, None, None)
+            if isinstance(data, BaseException) and not isinstance(data, FileNotFoundError):
+                raise data
+            value.complete(None if isinstance(data, BaseException) else data, etag)
+
+        async def fetch(arrived: Callable[[], None]) -> Exception | None:
+            try:
+                await self.requests.one(partial(attempt, arrived), _what(self.url, key, None))
+                return None
+            except Exception as e:  # reported with the value (missing, 412, given up)
+                return e
+
+        return fetch
+
     def _iter_fetch(
         self, reqs: list[tuple[str, ByteRange | None]], versions: Mapping[str, Hashable | None],
         window: int, sizes: Sequence[int | None] | None,
     ) -> Iterator[tuple[int, bytes | None, Hashable | None]]:
-        ops = [self._fetch_one(k, r, versions.get(k)) for k, r in reqs]
+        ops = [_ignoring_arrivals(self._fetch_one(k, r, versions.get(k))) for k, r in reqs]
         estimates = [_size_of(r) if s is None else s
                      for (_, r), s in zip(reqs, sizes or [None] * len(reqs))]
-        for i, (res, version) in _stream(self.fs.loop, ops, estimates, window):
+        for i, got, _ in _stream(self.fs.loop, ops, estimates, window):
+            res, version = cast("tuple[Any, Hashable | None]", got)
             yield i, self._finish(reqs[i][0], reqs[i][1], res), version
 
     def _fetch(self, reqs: list[tuple[str, ByteRange | None]],
@@ -464,32 +514,52 @@ def _size_of(byte_range: ByteRange | None) -> int | None:
     return byte_range[1] - byte_range[0]
 
 
+def _ignoring_arrivals(
+    op: Callable[[], Awaitable[T]]
+) -> Callable[[Callable[[], None]], Awaitable[T]]:
+    """``op`` as an op of :func:`_stream` that reports no arrivals before its result."""
+    return lambda arrived: op()
+
+
 async def _gather(ops: list[Callable[[], Awaitable[T]]]) -> list[T]:
     return list(await asyncio.gather(*(op() for op in ops)))
 
 
-def _stream(loop: asyncio.AbstractEventLoop, ops: list[Callable[[], Awaitable[T]]],
-            sizes: list[int | None], window: int) -> Iterator[tuple[int, T]]:
-    """``(i, result of ops[i])`` in the order they finish.  Ops start in order as long as
-    the sizes of those started but not yet yielded stay within ``window`` (an op larger
+def _stream(loop: asyncio.AbstractEventLoop,
+            ops: list[Callable[[Callable[[], None]], Awaitable[T]]],
+            sizes: list[int | None], window: int) -> Iterator[tuple[int, T | None, bool]]:
+    """``(i, result of ops[i], True)`` in the order they finish, and ``(i, None, False)``
+    between, each time ops[i] has called the function it is given (more of its value
+    came in; calls not yet taken count once).  Ops start in order as long as the sizes
+    of those started but not yet finished and taken stay within ``window`` (an op larger
     than the window starts alone).  Stopping the iteration cancels the ops not finished."""
-    done: queue.SimpleQueue[tuple[int, T]] = queue.SimpleQueue()
+    events: queue.SimpleQueue[tuple[int, T | None, bool]] = queue.SimpleQueue()
+    told = [False] * len(ops)  # ops[i] has an arrival event not yet taken
     room = [window]  # touched on the loop only
     freed: list[asyncio.Event] = []
+
+    def arrived(i: int) -> None:
+        if not told[i]:
+            told[i] = True
+            events.put((i, None, False))
+
+    waiting: list[Callable | None] = list(ops)  # (each dropped once started)
 
     async def run() -> None:
         freed.append(asyncio.Event())
         tasks: list[asyncio.Future[None]] = []
         try:
-            for i, (op, size) in enumerate(zip(ops, sizes)):
+            for i, size in enumerate(sizes):
+                op, waiting[i] = waiting[i], None
                 need = min(size or 0, window)
                 while room[0] < need:
                     freed[0].clear()
                     await freed[0].wait()
                 room[0] -= need
 
-                async def finish(i: int = i, op: Callable[[], Awaitable[T]] = op) -> None:
-                    done.put((i, await op()))
+                async def finish(i: int = i, op: Callable | None = op) -> None:
+                    assert op is not None
+                    events.put((i, await op(partial(arrived, i)), True))
 
                 tasks.append(asyncio.ensure_future(finish()))
             await asyncio.gather(*tasks)
@@ -503,22 +573,28 @@ def _stream(loop: asyncio.AbstractEventLoop, ops: list[Callable[[], Awaitable[T]
         if freed:
             freed[0].set()
 
+    n = len(ops)
+    del ops
     future = asyncio.run_coroutine_threadsafe(run(), loop)
     try:
-        for _ in ops:
-            while True:
-                try:
-                    i, result = done.get(timeout=1.0)
-                    break
-                except queue.Empty:
-                    if exiting():
-                        raise StoreError("the interpreter is exiting: read cancelled") from None
-                    if future.done():  # ended without a result for every op
-                        future.result()  # (raises what ended it)
-                        raise StoreError("streamed read ended before all its values came") from None
-            yield i, result
-            if sizes[i]:
-                loop.call_soon_threadsafe(give_back, min(sizes[i] or 0, window))
+        finished = 0
+        while finished < n:
+            try:
+                i, result, final = events.get(timeout=1.0)
+            except queue.Empty:
+                if exiting():
+                    raise StoreError("the interpreter is exiting: read cancelled") from None
+                if future.done():  # ended without a result for every op
+                    future.result()  # (raises what ended it)
+                    raise StoreError("streamed read ended before all its values came") from None
+                continue
+            if not final:
+                told[i] = False
+            yield i, result, final
+            if final:
+                finished += 1
+                if sizes[i]:
+                    loop.call_soon_threadsafe(give_back, min(sizes[i] or 0, window))
     finally:
         future.cancel()
 

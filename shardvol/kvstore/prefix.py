@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from shardvol.errors import VersionChangedError
+from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.base import (
     DEFAULT_WINDOW,
     ByteRange,
@@ -76,6 +77,15 @@ class PrefixStore(KVStore):
         sizes: Sequence[int | None] | None = None,
     ) -> Iterator[tuple[int, bytes | memoryview | None, Hashable | None]]:
         yield from self.base.iter_get_many_versioned(self._requests(requests), window, sizes)
+
+    def iter_get_arriving(
+        self, keys: Sequence[str], window: int = DEFAULT_WINDOW,
+        sizes: Sequence[int | None] | None = None,
+    ) -> Iterator[tuple[int, Arriving]]:
+        try:
+            yield from self.base.iter_get_arriving([self._k(k) for k in keys], window, sizes)
+        except VersionChangedError as e:
+            raise VersionChangedError(str(e), e.key[len(self.prefix) + 1 :]) from None
 
     def _requests(self, requests: Iterable[Request]) -> list[tuple[str, ByteRange | None]]:
         return [(self._k(k), r) for k, r in map(normalize_request, requests)]

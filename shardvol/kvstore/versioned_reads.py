@@ -11,11 +11,13 @@ that send no ETag, or ignore ``If-Match``, read as before (unchecked).
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 import aiohttp
 
 from shardvol.errors import ByteRangeError, StoreError
+from shardvol.kvstore.arriving import Arriving
 
 
 def strong_etag(value: str | None) -> str | None:
@@ -87,6 +89,62 @@ class HttpVersionedReads:
                 return body, etag
             content_range = r.headers.get("Content-Range")
             return requested_bytes(r.status, content_range, body, byte_range, url), etag
+
+    async def read_into(self, url: str, value: Arriving, arrived: Callable[[], None]) -> None:
+        """GET the whole of ``url`` into ``value``, calling ``arrived()`` as its bytes come
+        in.  An attempt after some came in asks for the rest (``Range``) of the same
+        version (``If-Match``; the client's 412 error is raised if it changed).  Values
+        sent without a strong ETag or a Content-Length, or content-encoded, are taken
+        whole (such an attempt starts from scratch); transient failures are raised."""
+        session = await self.fs.set_session()
+        kwargs = dict(self.fs.kwargs)
+        kwargs.setdefault("timeout", self.timeout)
+        headers = dict(kwargs.pop("headers", None) or {})
+        resume = value.have
+        if resume:
+            headers["Range"], headers["If-Match"] = f"bytes={resume}-", str(value.version)
+        async with session.get(self.fs.encode_url(url), headers=headers, **kwargs) as r:
+            if r.status == 404:
+                value.complete(None, None)
+                return
+            r.raise_for_status()  # 412: replaced since the first attempt
+            skip = 0
+            if not resume:
+                etag = strong_etag(r.headers.get("ETag"))
+                length = r.headers.get("Content-Length")
+                if etag is None or length is None or r.headers.get(
+                        "Content-Encoding", "identity") != "identity":
+                    value.complete(await r.read(), etag)
+                    return
+                value.start(int(length), etag)
+            elif r.status == 200:  # (a server that ignores Range: the rest is after skip)
+                skip = resume
+            else:
+                _check_rest(url, r.status, r.headers.get("Content-Range"), resume, value.size)
+            size = cast(int, value.size)
+            async for piece in r.content.iter_any():
+                if skip:
+                    dropped = min(skip, len(piece))
+                    piece, skip = piece[dropped:], skip - dropped
+                if value.have + len(piece) > size:
+                    raise StoreError(f"{url}: the body is longer than its {size} bytes")
+                value.extend(piece)
+                arrived()
+            if value.have < size:  # (aiohttp raises this itself where it can tell)
+                raise aiohttp.ClientPayloadError(
+                    f"{url}: the body ended after {value.have} of {size} bytes")
+            value.done = True
+            arrived()
+
+
+def _check_rest(url: str, status: int, content_range: str | None, start: int,
+                size: int | None) -> None:
+    """A resumed read's answer must hold the value from ``start`` to its end (``size``)."""
+    m = _CONTENT_RANGE.fullmatch((content_range or "").strip())
+    if status != 206 or m is None or (int(m[1]), int(m[2]) + 1) != (start, size) or (
+            m[3] != "*" and int(m[3]) != size):
+        raise StoreError(f"{url}: asked for bytes {start}- of {size}, the answer was "
+                         f"{status} with Content-Range {content_range!r}")
 
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")

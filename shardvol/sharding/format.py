@@ -240,46 +240,86 @@ def encode_shard(
     return assemble_shard(spec, keys[order], minishards, blobs)
 
 
+Entries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class ShardScan:
+    """A shard file parsed from its first bytes on, as they arrive: its shard index, then
+    each minishard index once it is in, then each entry once its data is (the layout
+    writers use puts a minishard's data before its index).  Validated as a whole file is:
+    ranges within the file, keys strictly ascending per minishard, each key in the
+    minishard it hashes to (so listed once)."""
+
+    def __init__(self, spec: ShardingSpec, filename: str, size: int) -> None:
+        """``size``: the bytes of the whole file."""
+        self.spec, self.filename, self.size = spec, filename, size
+        self.index: np.ndarray | None = None  # (see decode_shard_index)
+        self._used: np.ndarray = EMPTY_MINISHARD.ids  # minishards with an index
+        self._ranges: np.ndarray = EMPTY_MINISHARD.ids  # their absolute index ranges
+        self._read: np.ndarray = EMPTY_MINISHARD.ids  # which of those were decoded
+        empty = EMPTY_MINISHARD.ids
+        self._waiting: Entries = (empty, empty, empty, empty)
+        self.minishard_indexes: dict[int, MinishardIndex] = {}  # those decoded so far
+
+    def scan(self, buf: memoryview) -> Entries:
+        """``(keys, minishards, starts, ends)`` of the entries whose data lie in ``buf``, the
+        file's first bytes, not given before (all of them once ``buf`` is the file)."""
+        have, n = len(buf), self.spec.index_length
+        if self.index is None:
+            if have < min(n, self.size):
+                return self._waiting
+            self.index = decode_shard_index(buf[:n], self.spec, self.filename)
+            self._used = np.flatnonzero(self.index[:, 1] != self.index[:, 0])
+            ranges = check_minishard_ranges(self.index, self._used, self.filename, self.size - n)
+            self._ranges = ranges + np.uint64(n)
+            self._read = np.zeros(len(self._used), dtype=bool)
+        found = [self._waiting]
+        ready = ~self._read & (self._ranges[:, 1] <= np.uint64(have))
+        if ready.any():
+            self._read |= ready
+            found.append(self._entries(buf, self._used[ready].tolist(), self._ranges[ready]))
+        keys, minishards, starts, ends = (np.concatenate(a) for a in zip(*found))
+        now = ends <= np.uint64(have)
+        self._waiting = (keys[~now], minishards[~now], starts[~now], ends[~now])
+        return keys[now], minishards[now], starts[now], ends[now]
+
+    def _entries(self, buf: memoryview, minishards: list[int],
+                 ranges: np.ndarray) -> Entries:
+        """The entries listed by these minishards' indexes (at absolute ``ranges``)."""
+        msis = decode_minishard_indexes([buf[a:b] for a, b in ranges.tolist()], self.spec,
+                                        self.spec.index_length, self.filename, minishards)
+        self.minishard_indexes.update(zip(minishards, msis))
+        ids = np.concatenate([msi.ids for msi in msis])
+        starts = np.concatenate([msi.starts for msi in msis])
+        ends = starts + np.concatenate([msi.sizes for msi in msis])
+        listed = np.repeat(np.array(minishards, dtype=np.uint64), [len(m.ids) for m in msis])
+        past = ends > np.uint64(self.size)
+        if past.any():
+            i = int(np.argmax(past))
+            raise ShardFormatError(
+                f"{self.filename}: minishard {int(listed[i])}: data of key {int(ids[i])} at "
+                f"[{int(starts[i])}, {int(ends[i])}) is past the end of the file ({self.size} "
+                f"bytes)"
+            )
+        _, home = self.spec.shard_and_minishard(ids)
+        stray = home != listed
+        if stray.any():
+            i = int(np.argmax(stray))
+            raise ShardFormatError(
+                f"{self.filename}: minishard {int(listed[i])}: key {int(ids[i])} belongs in "
+                f"minishard {int(home[i])}"
+            )
+        return ids, listed, starts, ends
+
+
 def shard_entries(
     spec: ShardingSpec, blob: bytes | memoryview, filename: str = "<shard>"
 ) -> tuple[np.ndarray, np.ndarray, list[memoryview]]:
-    """(keys, minishards, stored data views) of every entry of a whole shard file, validated.
-
-    Data stays in the shard's data encoding.  Each key must hash to the minishard
-    that lists it, and appear once.
-    """
-    index = decode_shard_index(memoryview(blob)[: spec.index_length], spec, filename)
-    size = len(blob)
-    base = spec.index_length
-    used = np.flatnonzero(index[:, 1] != index[:, 0])
-    ranges = check_minishard_ranges(index, used, filename, size - base)
+    """(keys, minishards, stored data views) of every entry of a whole shard file, validated
+    (see ShardScan).  Data stays in the shard's data encoding."""
     view = memoryview(blob)
-    minishards = used.tolist()
-    msis = decode_minishard_indexes(
-        [view[base + a : base + b] for a, b in ranges.tolist()], spec, base, filename, minishards
-    )
-    if not msis:
-        return EMPTY_MINISHARD.ids, EMPTY_MINISHARD.ids, []
-    ids = np.concatenate([msi.ids for msi in msis])
-    starts = np.concatenate([msi.starts for msi in msis])
-    ends = starts + np.concatenate([msi.sizes for msi in msis])
-    listed = np.repeat(used.astype(np.uint64), [len(msi.ids) for msi in msis])
-    past = ends > np.uint64(size)
-    if past.any():
-        i = int(np.argmax(past))
-        raise ShardFormatError(
-            f"{filename}: minishard {int(listed[i])}: data of key {int(ids[i])} at "
-            f"[{int(starts[i])}, {int(ends[i])}) is past the end of the file ({size} bytes)"
-        )
-    _, home = spec.shard_and_minishard(ids)
-    stray = home != listed
-    if stray.any():
-        i = int(np.argmax(stray))
-        raise ShardFormatError(
-            f"{filename}: minishard {int(listed[i])}: key {int(ids[i])} belongs in minishard "
-            f"{int(home[i])}"
-        )
-    return ids, listed, [view[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+    keys, minishards, starts, ends = ShardScan(spec, filename, len(view)).scan(view)
+    return keys, minishards, [view[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def disassemble_shard(

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from shardvol.compression import gzip_decompress
-from shardvol.errors import ByteRangeError, ShardFormatError
+from shardvol.errors import ByteRangeError, ShardFormatError, VersionChangedError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.lru import LRU
 from shardvol.kvstore.shards import (
@@ -34,13 +34,13 @@ from shardvol.kvstore.shards import (
 from shardvol.sharding.format import (
     EMPTY_MINISHARD,
     MinishardIndex,
+    ShardScan,
     check_minishard_ranges,
     decode_minishard_indexes,
     decode_shard_index,
     decode_values,
     disassemble_shard,
     run_starts,
-    shard_entries,
 )
 from shardvol.sharding.spec import ShardingSpec, as_keys
 
@@ -263,39 +263,65 @@ class ShardReader:
         self, keys: np.ndarray, whole: Mapping[int, int], decode: bool
     ) -> Generator[tuple[int, bytes | memoryview], None, np.ndarray]:
         """``(key, value)`` of the present ``keys``, from their shard files read whole (all
-        requested at once, within the store's window, by their expected sizes); returns
-        the keys of files that are absent as ``.shard`` files (read by ranges instead:
-        absent, or in the obsolete layout)."""
+        requested at once, within the store's window, by their expected sizes), each
+        value given as soon as its bytes are in (remote stores stream the files); returns
+        the keys left to read by ranges: those of files absent as ``.shard`` files
+        (absent, or in the obsolete layout), and, if a file was replaced while it was
+        read, those not given yet."""
         shards, _ = self.spec.shard_and_minishard(keys)
         numbers = np.unique(shards).tolist()
         files = [self.spec.shard_filename(s) for s in numbers]
+        wanted = [keys[shards == np.uint64(s)] for s in numbers]
+        scans: list[ShardScan | None] = [None] * len(files)
+        given: list[list[int]] = [[] for _ in files]
+        finished = [False] * len(files)
         gzip = decode and self.spec.data_encoding == "gzip"
-        left = []
-        n = self.spec.index_length
-        read = self.store.iter_get_many_versioned(files, sizes=[whole[s] for s in numbers])
-        for f, blob, version in read:
-            fn, wanted = files[f], keys[shards == np.uint64(numbers[f])]
-            if blob is None:
-                left.append(wanted)
-                continue
-            ids, minishards, views = shard_entries(self.spec, blob, fn)
-            index = decode_shard_index(memoryview(blob)[:n], self.spec, fn)
-            shard = _Shard(fn, fn, n, index, version)
-            self.shard_index_cache[fn] = Versioned(shard, version)
-            order = np.argsort(ids)
-            pos = np.minimum(np.searchsorted(ids, wanted, sorter=order), max(len(ids) - 1, 0))
-            for k, p in zip(wanted.tolist(), pos.tolist()):
-                if not len(ids) or int(ids[order[p]]) != k:
+        arriving = self.store.iter_get_arriving(files, sizes=[whole[s] for s in numbers])
+        try:
+            for f, value in arriving:
+                fn = files[f]
+                if value.missing or finished[f]:
                     continue
-                i = int(order[p])
-                value: bytes | memoryview = views[i]
-                if gzip:
-                    name = f"{fn}: minishard {int(minishards[i])}: data of key {k}"
-                    value = gzip_decompress(value, name, ShardFormatError,
-                                            max_size=self.max_value_size)
-                yield k, value
-            del blob, views
+                scan = scans[f]
+                if scan is None:
+                    scan = scans[f] = ShardScan(self.spec, fn, cast(int, value.size))
+                data = value.view()
+                ids, minishards, starts, ends = scan.scan(data)
+                mine = np.isin(ids, wanted[f])
+                for k, m, a, b in zip(ids[mine].tolist(), minishards[mine].tolist(),
+                                      starts[mine].tolist(), ends[mine].tolist()):
+                    stored: bytes | memoryview = data[a:b]
+                    if gzip:
+                        stored = gzip_decompress(
+                            stored, f"{fn}: minishard {m}: data of key {k}", ShardFormatError,
+                            max_size=self.max_value_size)
+                    given[f].append(k)
+                    yield k, stored
+                if value.done:
+                    finished[f], scans[f] = True, None
+                    index = cast(np.ndarray, scan.index)  # (read: the file is all in)
+                    shard = _Shard(fn, fn, self.spec.index_length, index, value.version)
+                    self.shard_index_cache[fn] = Versioned(shard, value.version)
+                    self._keep_minishard_indexes(fn, value.version, scan.minishard_indexes)
+                del data
+        except VersionChangedError:  # a file replaced between two attempts of its read
+            pass
+        finally:
+            close = getattr(arriving, "close", None)
+            if close is not None:
+                close()  # (a generator: its requests still in flight are cancelled)
+        left = [np.setdiff1d(w, np.array(g, dtype=np.uint64))
+                for w, g, done in zip(wanted, given, finished) if not done]
         return np.concatenate(left) if left else np.zeros(0, dtype=np.uint64)
+
+    def _keep_minishard_indexes(self, filename: str, version: Hashable | None,
+                                found: dict[int, MinishardIndex]) -> None:
+        """Cache the minishard indexes of a file read whole, when there are few enough (see
+        _add_all_minishards): later reads of its keys then take one request."""
+        cache = self.minishard_index_cache
+        if len(found) <= ALL_MINISHARDS_COUNT and len(found) + len(cache) <= cache.size:
+            for m, msi in found.items():
+                cache[(filename, version, m)] = msi
 
     def decode_value(self, stored: bytes | memoryview, name: str) -> bytes | memoryview:
         """A value as :meth:`iter_data_many` gives it with ``decode=False``, decoded

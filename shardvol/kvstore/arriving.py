@@ -1,0 +1,49 @@
+"""Values read while their bytes arrive: whole objects that a reader parses as they come in.
+
+A remote store streams a whole value into one buffer of its final size; the reader sees
+the first ``have`` bytes (they never change afterwards), and is told each time more came
+in.  A shard file is read this way so that its chunks are decoded while the rest of it is
+still on the network.  Stores that cannot stream deliver each value whole, in one step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+
+class Arriving:
+    """One value on its way: ``view()`` is its first ``have`` bytes of ``size`` (at
+    ``version``); ``done`` once all of it is in, ``missing`` if the store has no such
+    value.  A read interrupted midway resumes where it stopped, at the same version."""
+
+    __slots__ = ("buffer", "done", "have", "missing", "size", "version")
+
+    def __init__(self) -> None:
+        self.buffer: bytes | bytearray | memoryview = b""
+        self.have = 0
+        self.size: int | None = None
+        self.version: Hashable | None = None
+        self.done = False
+        self.missing = False
+
+    def start(self, size: int, version: Hashable | None) -> None:
+        """The value has ``size`` bytes at ``version``: a buffer of that size to fill."""
+        self.buffer, self.size, self.version = bytearray(size), size, version
+
+    def extend(self, piece: bytes | memoryview) -> None:
+        """Append the next bytes (the caller checks they fit)."""
+        end = self.have + len(piece)
+        self.buffer[self.have : end] = piece  # type: ignore[index]  # (a bytearray here)
+        self.have = end
+
+    def complete(self, value: bytes | memoryview | None, version: Hashable | None) -> None:
+        """The whole value at once (None: absent)."""
+        if value is None:
+            self.missing = True
+        else:
+            self.buffer, self.size, self.have = value, len(value), len(value)
+        self.version, self.done = version, True
+
+    def view(self) -> memoryview:
+        """The bytes in so far."""
+        return memoryview(self.buffer)[: self.have]

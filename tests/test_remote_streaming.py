@@ -1,0 +1,142 @@
+"""Shard files read whole over HTTP are parsed as their bytes arrive: values are given (and
+decoded) before the rest of the file is in, a read cut short resumes where it stopped at
+the same version, and a file replaced between two attempts is read again."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from shardvol import Volume
+from shardvol.errors import StoreError
+from shardvol.kvstore.fsspec_store import FsspecStore
+from shardvol.sharding import ShardReader
+
+from .fault_server import FaultServer
+from .oracles import ts_create, ts_open
+
+SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+            "minishard_bits": 3, "shard_bits": 0, "minishard_index_encoding": "gzip",
+            "data_encoding": "gzip"}
+
+
+def _write(path, seed):
+    """A one-shard volume of random voxels, written by TensorStore."""
+    data = np.random.default_rng(seed).integers(0, 255, (64, 64, 64, 1), dtype=np.uint8)
+    t = ts_open(str(path)) if (path / "info").exists() else ts_create(
+        str(path), data_type="uint8", num_channels=1, size=[64, 64, 64],
+        chunk_size=[16, 16, 16], encoding="raw", sharding=SHARDING)
+    t[...] = data
+    return data
+
+
+@pytest.fixture
+def volume(tmp_path):
+    data = _write(tmp_path / "v", 1)
+    scale = json.loads((tmp_path / "v" / "info").read_text())["scales"][0]["key"]
+    return tmp_path, data, scale
+
+
+def _recording(store: FsspecStore) -> list[tuple[int, int | None, bool]]:
+    """(bytes in, size, done) of each arrival the store reports from now on."""
+    seen: list[tuple[int, int | None, bool]] = []
+    arriving = store.iter_get_arriving
+
+    def recorded(keys, window=256 << 20, sizes=None):
+        for i, value in arriving(keys, window, sizes):
+            seen.append((value.have, value.size, value.done))
+            yield i, value
+
+    store.iter_get_arriving = recorded  # type: ignore[method-assign]
+    return seen
+
+
+def test_values_of_a_shard_read_whole_come_before_the_file_is_all_in(volume):
+    root, _data, scale = volume
+    local = ShardReader(str(root / "v" / scale), SHARDING)
+    keys = local.list_labels("0.shard")
+    truth = local.get_data_many(keys)
+    with FaultServer(str(root)) as server:
+        server.set(slow=1.0, slow_seconds=1.0)  # (each body in 10 pieces, over a second)
+        store = FsspecStore(f"{server.url}/v/{scale}", skip_instance_cache=True)
+        seen = _recording(store)
+        reader = ShardReader(store, SHARDING)
+        given = []
+        for key, value in reader.iter_data_many(keys, whole={0: len(keys) * 4096}):
+            given.append((key, bytes(value), seen[-1]))
+        assert {k: v for k, v, _ in given} == truth
+        assert len(given) == len(keys)
+        have, size, done = given[0][2]
+        assert not done and size is not None and have < size / 2
+        assert server.stats()["requests"] == 1, server.stats()  # the file whole, no index
+        # its index is cached: a later read of some of its keys takes one request
+        server.stats(reset=True)
+        assert reader.get_data_many(keys[:3]) == {k: truth[k] for k in keys[:3].tolist()}
+        assert server.stats()["requests"] == 1
+
+
+def test_a_shard_read_cut_short_resumes_where_it_stopped(volume):
+    root, data, scale = volume
+    size = (root / "v" / scale / "0.shard").stat().st_size
+    with FaultServer(str(root)) as server:
+        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        server.stats(reset=True)
+        server.set(plan=["short"])  # (half the body, then the connection is dropped)
+        assert np.array_equal(vol[...], data)
+        stats = server.stats()
+        assert stats["fault short"] == 1 and stats["requests"] == 2
+        assert stats[f"Range bytes={size // 2}-"] == 1
+        assert stats["bytes"] == size  # (each byte sent once)
+
+
+def test_a_server_that_ignores_the_range_of_a_resumed_read_still_gives_exact_data(volume):
+    root, data, _scale = volume
+    with FaultServer(str(root)) as server:
+        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        server.set(plan=["short"], ignore_range=True)
+        assert np.array_equal(vol[...], data)
+        assert server.stats()["fault short"] == 1
+
+
+def test_a_shard_replaced_between_two_attempts_is_read_again(volume):
+    """The resumed attempt finds another version (412): the chunks already given stay,
+    the others are read from the new file by ranges; every chunk is one version's."""
+    root, old, _scale = volume
+    with FaultServer(str(root)) as server:
+        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        server.set(plan=["short", "error"], retry_after=1.0)
+        new: list[np.ndarray] = []
+
+        def replace() -> None:
+            deadline = time.monotonic() + 10
+            while not server.stats()["fault error"] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            new.append(_write(root / "v", 2))  # (during the 1 s the reader waits)
+
+        writer = threading.Thread(target=replace)
+        writer.start()
+        got = vol[...]
+        writer.join()
+        stats = server.stats()
+        assert stats["fault short"] == 1 and stats["fault error"] == 1
+        assert stats["GET"] > 4  # the shard whole, then its index, minishards, data
+        mixed = 0
+        for x, y, z in np.ndindex(4, 4, 4):
+            box = np.s_[16 * x : 16 * x + 16, 16 * y : 16 * y + 16, 16 * z : 16 * z + 16]
+            chunk = got[box]
+            assert np.array_equal(chunk, old[box]) or np.array_equal(chunk, new[0][box])
+            mixed += np.array_equal(chunk, new[0][box])
+        assert 0 < mixed < 64  # (the first half of the file was given from the old one)
+
+
+def test_a_resumed_read_answered_with_other_bytes_is_a_store_error(volume):
+    root, _data, _scale = volume
+    with FaultServer(str(root)) as server:
+        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        server.set(plan=["short"], wrong_range=True)
+        with pytest.raises(StoreError, match=r"0\.shard: asked for bytes \d+- of \d+"):
+            vol[...]
