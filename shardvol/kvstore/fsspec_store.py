@@ -575,6 +575,7 @@ def _stream(loop: asyncio.AbstractEventLoop,
 
     n = len(ops)
     del ops
+    limited = sum(min(size or 0, window) for size in sizes) > window
     future = asyncio.run_coroutine_threadsafe(run(), loop)
     try:
         finished = 0
@@ -593,7 +594,7 @@ def _stream(loop: asyncio.AbstractEventLoop,
             yield i, result, final
             if final:
                 finished += 1
-                if sizes[i]:
+                if sizes[i] and limited:  # (waking the loop costs: only if it may wait)
                     loop.call_soon_threadsafe(give_back, min(sizes[i] or 0, window))
     finally:
         future.cancel()
