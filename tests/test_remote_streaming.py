@@ -18,6 +18,7 @@ from shardvol.sharding import ShardReader
 
 from .fault_server import FaultServer
 from .oracles import ts_create, ts_open
+from .s3_server import new_bucket, s3_server
 
 SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
             "minishard_bits": 3, "shard_bits": 0, "minishard_index_encoding": "gzip",
@@ -140,3 +141,27 @@ def test_a_resumed_read_answered_with_other_bytes_is_a_store_error(volume):
         server.set(plan=["short"], wrong_range=True)
         with pytest.raises(StoreError, match=r"0\.shard: asked for bytes \d+- of \d+"):
             vol[...]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+def test_an_s3_shard_read_cut_short_resumes_where_it_stopped(s3, tmp_path):
+    """moto's S3 behind the fault server: the shard's GET loses the second half of its body,
+    the retry asks for the rest of the same version."""
+    bucket = new_bucket()
+    data = np.random.default_rng(5).integers(0, 60000, (64, 64, 64, 1), dtype=np.uint16)
+    Volume.create(f"{bucket}/v", size=[64, 64, 64], data_type="uint16",
+                  chunk_size=[16, 16, 16], encoding="raw", sharding=SHARDING)[...] = data
+    with FaultServer(str(tmp_path), upstream=s3) as proxy:
+        vol = Volume(FsspecStore(f"{bucket}/v", skip_instance_cache=True,
+                                 endpoint_url=proxy.url), cache_bytes=0)
+        proxy.stats(reset=True)
+        proxy.set(plan=["short"])
+        assert np.array_equal(vol[...], data)
+        stats = proxy.stats()
+        assert stats["fault short"] == 1 and stats["GET"] == 2
+        assert [k for k in stats if k.startswith("Range bytes=") and k.endswith("-")]

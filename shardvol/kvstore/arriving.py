@@ -8,7 +8,9 @@ still on the network.  Stores that cannot stream deliver each value whole, in on
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
+
+from shardvol.errors import StoreError
 
 
 class Arriving:
@@ -47,3 +49,23 @@ class Arriving:
     def view(self) -> memoryview:
         """The bytes in so far."""
         return memoryview(self.buffer)[: self.have]
+
+
+async def fill(value: Arriving, pieces: AsyncIterator[bytes], arrived: Callable[[], None],
+               what: str, skip: int = 0) -> None:
+    """Append ``pieces`` (a response body, after its first ``skip`` bytes) to ``value``,
+    calling ``arrived()`` after each; a body longer than the value is a StoreError, one
+    that ends early is ``ConnectionResetError`` (transient: the read is resumed)."""
+    size = value.size or 0
+    async for piece in pieces:
+        if skip:
+            dropped = min(skip, len(piece))
+            piece, skip = piece[dropped:], skip - dropped
+        if value.have + len(piece) > size:
+            raise StoreError(f"{what}: the body is longer than its {size} bytes")
+        value.extend(piece)
+        arrived()
+    if value.have < size:
+        raise ConnectionResetError(f"{what}: the body ended after {value.have} of {size} bytes")
+    value.done = True
+    arrived()

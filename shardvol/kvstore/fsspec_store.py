@@ -235,8 +235,8 @@ class FsspecStore(KVStore):
         self, keys: Sequence[str], window: int = DEFAULT_WINDOW,
         sizes: Sequence[int | None] | None = None,
     ) -> Iterator[tuple[int, Arriving]]:
-        """HTTP(S) values stream into their buffers as their bytes arrive (S3's come whole);
-        every GET is sent at once, within the window."""
+        """HTTP(S) and S3 values stream into their buffers as their bytes arrive; every GET
+        is sent at once, within the window."""
         if not self._async or self._reads is None:
             yield from super().iter_get_arriving(keys, window, sizes)
             return
@@ -261,14 +261,8 @@ class FsspecStore(KVStore):
         path, reads = self._path(key), self._reads
 
         async def attempt(arrived: Callable[[], None]) -> None:
-            if isinstance(reads, HttpVersionedReads):
-                await reads.read_into(path, value, arrived)
-                return
             assert reads is not None
-            data, etag = await reads.read_one(path, None, None)
-            if isinstance(data, BaseException) and not isinstance(data, FileNotFoundError):
-                raise data
-            value.complete(None if isinstance(data, BaseException) else data, etag)
+            await reads.read_into(path, value, arrived)
 
         async def fetch(arrived: Callable[[], None]) -> Exception | None:
             try:

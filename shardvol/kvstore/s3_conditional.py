@@ -8,11 +8,13 @@ do MinIO and moto; a store that ignores the conditions would make the lease unsa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from shardvol.errors import ByteRangeError, StoreError
+from shardvol.kvstore.arriving import Arriving, fill
 from shardvol.kvstore.remote import Requests, run_on
-from shardvol.kvstore.versioned_reads import range_header
+from shardvol.kvstore.versioned_reads import check_rest, range_header
 
 # The condition failed (412), or a concurrent conditional write won (409).
 _CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
@@ -131,6 +133,31 @@ class S3ConditionalObjects:
             if e.response.get("Error", {}).get("Code") in _MISSING:
                 return FileNotFoundError(path), None
             raise
+
+    async def read_into(self, path: str, value: Arriving, arrived: Callable[[], None]) -> None:
+        """The whole object into ``value`` as its bytes arrive (see VersionedReads): an
+        attempt after some came in asks for the rest of the same version."""
+        from botocore.exceptions import ClientError
+
+        client = await self.fs.set_session()
+        bucket, key, _ = self.fs.split_path(path)
+        kwargs = dict(getattr(self.fs, "req_kw", {}), Bucket=bucket, Key=key)
+        resume = value.have
+        if resume:
+            kwargs["Range"], kwargs["IfMatch"] = f"bytes={resume}-", str(value.version)
+        try:
+            out = await client.get_object(**kwargs)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in _MISSING:
+                value.complete(None, None)
+                return
+            raise
+        async with out["Body"] as body:
+            if resume:
+                check_rest(path, 206, out.get("ContentRange"), resume, value.size)
+            else:
+                value.start(int(out["ContentLength"]), out["ETag"])
+            await fill(value, body.iter_chunks(1 << 20), arrived, path)
 
 
 async def _read_body(stream: Any) -> bytes:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import aiohttp
 
 from shardvol.errors import ByteRangeError, StoreError
-from shardvol.kvstore.arriving import Arriving
+from shardvol.kvstore.arriving import Arriving, fill
 
 
 def strong_etag(value: str | None) -> str | None:
@@ -46,6 +46,13 @@ class VersionedReads(Protocol):
         response's ETag or None)`` of one GET of ``path`` (``byte_range`` of it), which
         must find the object at ``etag`` if given (else the client's 412 error is raised);
         transient failures are raised, for the caller to retry."""
+        ...
+
+    async def read_into(self, path: str, value: Arriving, arrived: Callable[[], None]) -> None:
+        """GET the whole of ``path`` into ``value`` (absent: ``missing``), calling
+        ``arrived()`` as its bytes come in; an attempt after some came in asks for the
+        rest of the same version (412 raised if it changed); transient failures are
+        raised, for the caller to retry (and resume)."""
         ...
 
 
@@ -120,24 +127,11 @@ class HttpVersionedReads:
             elif r.status == 200:  # (a server that ignores Range: the rest is after skip)
                 skip = resume
             else:
-                _check_rest(url, r.status, r.headers.get("Content-Range"), resume, value.size)
-            size = cast(int, value.size)
-            async for piece in r.content.iter_any():
-                if skip:
-                    dropped = min(skip, len(piece))
-                    piece, skip = piece[dropped:], skip - dropped
-                if value.have + len(piece) > size:
-                    raise StoreError(f"{url}: the body is longer than its {size} bytes")
-                value.extend(piece)
-                arrived()
-            if value.have < size:  # (aiohttp raises this itself where it can tell)
-                raise aiohttp.ClientPayloadError(
-                    f"{url}: the body ended after {value.have} of {size} bytes")
-            value.done = True
-            arrived()
+                check_rest(url, r.status, r.headers.get("Content-Range"), resume, value.size)
+            await fill(value, r.content.iter_any(), arrived, url, skip)
 
 
-def _check_rest(url: str, status: int, content_range: str | None, start: int,
+def check_rest(url: str, status: int, content_range: str | None, start: int,
                 size: int | None) -> None:
     """A resumed read's answer must hold the value from ``start`` to its end (``size``)."""
     m = _CONTENT_RANGE.fullmatch((content_range or "").strip())
