@@ -138,7 +138,11 @@ class ZarrChunkStore(ChunkStore[str]):
 
     def unit_of(self, coord: Sequence[int]) -> str:
         """Key of the unit (shard or chunk file) that stores chunk ``coord``."""
-        outer = tuple(c // p for c, p in zip(self._check(coord), self._per_shard))
+        return self._unit_key(self._check(coord))
+
+    def _unit_key(self, coord: ChunkCoord) -> str:
+        """:meth:`unit_of` a chunk inside the grid."""
+        outer = tuple(c // p for c, p in zip(coord, self._per_shard))
         key = self._unit_keys.get(outer)
         if key is None:
             if len(self._unit_keys) >= _UNIT_KEYS_CACHED:
@@ -148,11 +152,12 @@ class ZarrChunkStore(ChunkStore[str]):
 
     def describe(self, coord: ChunkCoord) -> str:
         """How error messages name a chunk: its key, or its shard key and inner position."""
-        unit = self.unit_of(coord)
+        coord = tuple(int(c) for c in coord)
+        unit = self._unit_key(coord)
         if self.layout is None:
             return f"chunk {unit}"
-        inner = tuple(int(c) % p for c, p in zip(coord, self._per_shard))
-        return f"shard {unit} inner chunk {inner} (chunk {tuple(int(c) for c in coord)})"
+        inner = tuple(c % p for c, p in zip(coord, self._per_shard))
+        return f"shard {unit} inner chunk {inner} (chunk {coord})"
 
     def _linear(self, coord: ChunkCoord) -> int:
         assert self.layout is not None
