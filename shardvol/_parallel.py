@@ -1,24 +1,30 @@
-"""Running work on a shared thread pool: the pattern every parallel layer uses."""
+"""Running work on a shared thread pool: the pattern every parallel layer uses.
+
+The pool's threads run each task under the caller's limit of requests in flight
+(:func:`shardvol.io_limit`), which they would not see otherwise.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TypeVar
+
+from shardvol.kvstore.remote import CarryingPool
 
 T = TypeVar("T")
 
-_pool: ThreadPoolExecutor | None = None
+_pool: CarryingPool | None = None
 _pool_lock = threading.Lock()
 
 
-def _work_pool() -> ThreadPoolExecutor:
+def _work_pool() -> CarryingPool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="shardvol-work")
+            _pool = CarryingPool(max_workers=32, thread_name_prefix="shardvol-work")
         return _pool
 
 
