@@ -25,9 +25,10 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from shardvol._parallel import CarryingPool, carry
 from shardvol.array.cache import ChunkCache
 from shardvol.errors import InvalidArgumentError
-from shardvol.kvstore.remote import CarryingPool, carry, limited
+from shardvol.kvstore.remote import limited
 
 T = TypeVar("T")
 

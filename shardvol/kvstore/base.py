@@ -16,13 +16,13 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 
+from shardvol._parallel import CarryingPool
 from shardvol.errors import (
     ByteRangeError,
     InvalidKeyError,
     ReadOnlyStoreError,
     VersionChangedError,
 )
-from shardvol.kvstore.remote import CarryingPool
 
 ByteRange = tuple[int, int | None]
 #: Names starting with this are shardvol's own (temporary files, locks): never listed.

@@ -9,10 +9,11 @@ reading and writing methods); the smallest bounds.  This budget is apart from th
 threads (``parallel``), so that waiting on the network never holds a core.  Each request
 is retried on transient failures (see :mod:`shardvol.kvstore.retry`).
 
-A call's limit lives in a context variable of the thread that made the call.  Its work
-hops to other threads (decode and I/O pools, the futures' pool: :class:`CarryingPool`,
-:func:`carry`) and to the I/O loop (:func:`start_on`), which capture the limit in the
-calling thread and set it where the work runs; the requests take its slots there.
+A call's limit lives in a context variable of the thread that made the call
+(:data:`shardvol._parallel.call_limit`).  Its work hops to other threads (decode and I/O
+pools, the futures' pool: :class:`~shardvol._parallel.CarryingPool`) and to the I/O loop
+(:func:`start_on`), which capture the limit in the calling thread and set it where the
+work runs; the requests take its slots there.
 """
 
 from __future__ import annotations
@@ -20,18 +21,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar, cast
 
+from shardvol._parallel import call_limit
 from shardvol.errors import InvalidArgumentError, StoreError
 from shardvol.kvstore.retry import RetryPolicy, retry_async
 
 T = TypeVar("T")
-P = ParamSpec("P")
 
 
 def _positive(value: object, name: str) -> int:
@@ -96,17 +95,18 @@ class _CallLimit:
         self.outer = outer
 
 
-_call_limit: contextvars.ContextVar[_CallLimit | None] = contextvars.ContextVar(
-    "shardvol_io_limit", default=None)
+def _current() -> _CallLimit | None:
+    """The limit of the call under way in this thread or task (set only by _within)."""
+    return cast("_CallLimit | None", call_limit.get())
 
 
 @contextlib.contextmanager
 def _within(n: int) -> Iterator[None]:
-    token = _call_limit.set(_CallLimit(n, _call_limit.get()))
+    token = call_limit.set(_CallLimit(n, _current()))
     try:
         yield
     finally:
-        _call_limit.reset(token)
+        call_limit.reset(token)
 
 
 def io_limit(n: int) -> contextlib.AbstractContextManager[None]:
@@ -138,29 +138,6 @@ def limited(n: int | None) -> contextlib.AbstractContextManager[None]:
     return _within(_positive(n, "io_concurrency"))
 
 
-def carry(fn: Callable[P, T]) -> Callable[P, T]:
-    """``fn``, to run in another thread under this thread's call limit (captured now)."""
-    limit = _call_limit.get()
-
-    def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        token = _call_limit.set(limit)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _call_limit.reset(token)
-
-    return run
-
-
-class CarryingPool(ThreadPoolExecutor):
-    """A thread pool whose tasks run under the call limit of the thread that submitted
-    them (pool threads do not share their submitters' context variables)."""
-
-    def submit(self, fn: Callable[P, T], /, *args: P.args,
-               **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
-        return super().submit(carry(fn), *args, **kwargs)
-
-
 def _reset_in_child() -> None:
     global _process
     _process = _Slots(_limit)
@@ -190,11 +167,11 @@ def start_on(loop: asyncio.AbstractEventLoop,
     """Start ``coro`` on the I/O loop, under this thread's call limit: the limit is taken
     here, in the calling thread, and set inside the task that runs ``coro`` (and the tasks
     it starts), where its requests take their slots."""
-    return asyncio.run_coroutine_threadsafe(_under(_call_limit.get(), coro), loop)
+    return asyncio.run_coroutine_threadsafe(_under(_current(), coro), loop)
 
 
 async def _under(limit: _CallLimit | None, coro: Coroutine[Any, Any, T]) -> T:
-    _call_limit.set(limit)  # (the task's own context)
+    call_limit.set(limit)  # (the task's own context)
     return await coro
 
 
@@ -249,7 +226,7 @@ class Requests:
         its own limit none of the process's."""
         semaphores = []
         if self.process_budget:
-            call = _call_limit.get()
+            call = _current()
             while call is not None:
                 semaphores.append(call.slots.on_running_loop())
                 call = call.outer

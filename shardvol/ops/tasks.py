@@ -15,10 +15,9 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-from shardvol._parallel import default_parallel
+from shardvol._parallel import carry, default_parallel
 from shardvol.errors import InvalidArgumentError
 from shardvol.kvstore import KVStore
-from shardvol.kvstore.remote import carry
 
 T = TypeVar("T")
 
