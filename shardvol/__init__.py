@@ -1,8 +1,8 @@
 """shardvol: Neuroglancer precomputed volumes (sharded or not) and Zarr v3 sharded arrays.
 
 What users type is here: :class:`Volume`, :class:`ZarrArray`, :class:`OmeZarrImage`,
-:func:`open`, :func:`downsample`, :func:`copy`, :func:`to_dask`, :func:`from_dask`, the
-``zarr3`` and ``sharding`` packages, ``errors``.
+:func:`open`, :func:`downsample`, :func:`copy`, :func:`to_dask`, :func:`from_dask`,
+:func:`io_limit`, the ``zarr3`` and ``sharding`` packages, ``errors``.
 The kernels stay in their modules (``shardvol._ext.morton``, ``shardvol._ext.hashing``,
 ``shardvol.ops.pooling``).  See README.md for a tour and the package layout.
 """
@@ -11,6 +11,7 @@ from shardvol import errors, sharding, zarr3
 from shardvol.errors import ShardvolError
 from shardvol.formats import open
 from shardvol.kvstore import KVStore, open_store
+from shardvol.kvstore.remote import io_limit
 from shardvol.ops.convert import copy
 from shardvol.ops.dask import from_dask, to_dask
 from shardvol.ops.downsample import downsample
@@ -30,6 +31,7 @@ __all__ = [
     "downsample",
     "errors",
     "from_dask",
+    "io_limit",
     "open",
     "open_store",
     "sharding",

@@ -1,24 +1,60 @@
-"""Running work on a shared thread pool: the pattern every parallel layer uses."""
+"""Running work on a shared thread pool: the pattern every parallel layer uses.
+
+The pools' threads run each task under the limit of requests in flight of the call that
+submitted it (:func:`shardvol.io_limit`), which they would not see otherwise.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
-_pool: ThreadPoolExecutor | None = None
+#: The limit of requests in flight of the call under way (:func:`shardvol.io_limit`; its
+#: objects and their use are :mod:`shardvol.kvstore.remote`'s), None without one.  Threads
+#: do not share context variables: :func:`carry` takes it along to another thread.
+call_limit: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "shardvol_call_limit", default=None)
+
+
+def carry(fn: Callable[P, T]) -> Callable[P, T]:
+    """``fn``, to run in another thread under this thread's call limit (captured now)."""
+    limit = call_limit.get()
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        token = call_limit.set(limit)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            call_limit.reset(token)
+
+    return run
+
+
+class CarryingPool(ThreadPoolExecutor):
+    """A thread pool whose tasks run under the call limit of the thread that submitted
+    them (``map`` submits too)."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args,
+               **kwargs: P.kwargs) -> Future[T]:
+        return super().submit(carry(fn), *args, **kwargs)
+
+
+_pool: CarryingPool | None = None
 _pool_lock = threading.Lock()
 
 
-def _work_pool() -> ThreadPoolExecutor:
+def _work_pool() -> CarryingPool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="shardvol-work")
+            _pool = CarryingPool(max_workers=32, thread_name_prefix="shardvol-work")
         return _pool
 
 

@@ -9,8 +9,9 @@ process, so that its work does not share the client's interpreter:
     python -m tests.fault_server ROOT [--latency 0.025] [--upstream URL]
 
 prints ``PORT <n>`` once it listens.  Faults and latency are set at run time with
-``POST /_faults`` (JSON, see :class:`Faults`), counted requests read with ``GET /_stats``
-and reset with ``POST /_stats``.  :class:`FaultServer` starts and drives one from Python.
+``POST /_faults`` (JSON, see :class:`Faults`), counted requests (and the most in flight at
+once, in all and below each top-level directory) read with ``GET /_stats`` and reset with
+``POST /_stats``.  :class:`FaultServer` starts and drives one from Python.
 Independent of shardvol's code: it is the peer the stores are tested against.
 """
 
@@ -76,6 +77,7 @@ class _State:
         self.rng = random.Random(faults.seed)
         self.stats: Counter[str] = Counter()
         self.in_flight = 0
+        self.in_flight_below: Counter[str] = Counter()  # by the path's first segment
 
     def draw(self) -> str:
         f = self.faults
@@ -170,12 +172,17 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.path.startswith(CONTROL):
             return await control(request)
+        top = "/" + request.path.lstrip("/").split("/", 1)[0]
         state.in_flight += 1
+        state.in_flight_below[top] += 1
         state.stats["max in flight"] = max(state.stats["max in flight"], state.in_flight)
+        peak = f"max in flight {top}"
+        state.stats[peak] = max(state.stats[peak], state.in_flight_below[top])
         try:
             return await answer(request)
         finally:
             state.in_flight -= 1
+            state.in_flight_below[top] -= 1
 
     async def answer(request: web.Request) -> web.StreamResponse:
         body_in = await request.read()
@@ -314,7 +321,9 @@ class FaultServer:
 
     def stats(self, reset: bool = False) -> Counter[str]:
         """Requests counted so far (``requests``, by method, ``fault <kind>``, ``bytes``,
-        ``max in flight``: the most answered at once, ``Range <header>``: by range asked)."""
+        ``max in flight``: the most answered at once, and ``max in flight /<name>``: the
+        most at once below the path's first segment ``/<name>``, ``Range <header>``: by
+        range asked)."""
         return Counter(self._call("/_stats", {} if reset else None,
                                   "POST" if reset else "GET"))
 

@@ -13,7 +13,9 @@ import pytest
 
 from shardvol import Volume
 from shardvol.errors import StoreError
+from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.fsspec_store import FsspecStore
+from shardvol.kvstore.memory import MemoryStore
 from shardvol.sharding import ShardReader
 
 from .fault_server import FaultServer
@@ -165,3 +167,41 @@ def test_an_s3_shard_read_cut_short_resumes_where_it_stopped(s3, tmp_path):
         stats = proxy.stats()
         assert stats["fault short"] == 1 and stats["GET"] == 2
         assert [k for k in stats if k.startswith("Range bytes=") and k.endswith("-")]
+
+
+class _FillsAfterView(Arriving):
+    """A value whose last bytes come in (and ``done`` is set) right after each view of
+    it is taken: as the I/O thread may do while a reader parses what it saw."""
+
+    def __init__(self, whole: bytes, first: int) -> None:
+        super().__init__()
+        self.whole = whole
+        self.start(len(whole), "v1")
+        self.extend(whole[:first])
+
+    def view(self) -> memoryview:
+        seen = super().view()
+        if not self.done:
+            self.extend(self.whole[self.have :])
+            self.done = True
+        return seen
+
+
+def test_a_value_finished_while_it_is_parsed_gives_all_its_keys(volume):
+    """The reader takes ``done`` before the bytes it parses: a value that finished after
+    its view was taken is parsed again at the next event, and no key is lost."""
+    root, _data, scale = volume
+    local = ShardReader(str(root / "v" / scale), SHARDING)
+    keys = local.list_labels("0.shard")
+    truth = local.get_data_many(keys)
+    whole = (root / "v" / scale / "0.shard").read_bytes()
+
+    class Store(MemoryStore):
+        def iter_get_arriving(self, keys, window=256 << 20, sizes=None):
+            value = _FillsAfterView(whole, len(whole) // 2)
+            yield 0, value  # (more came in: the first half)
+            yield 0, value  # (the read finished)
+
+    reader = ShardReader(Store(), SHARDING)
+    got = dict(reader.iter_data_many(keys, whole={0: len(keys) * 4096}))
+    assert {k: bytes(v) for k, v in got.items()} == truth

@@ -7,6 +7,10 @@ Writes of one array run in the order of the calls (each starts once the previous
 done, whether it succeeded or not); the units they write are replaced atomically, as
 by a blocking write.  A future that has not started can be cancelled; at interpreter exit
 the futures not started are cancelled, so that shutting down never waits on them.
+
+Each read or write runs under the call limit of requests in flight it was started with
+(its ``io_concurrency`` keyword, and the :func:`shardvol.io_limit` blocks around the
+call), whenever it runs: the limit is captured when it is submitted.
 """
 
 from __future__ import annotations
@@ -16,28 +20,30 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from shardvol._parallel import CarryingPool, carry
 from shardvol.array.cache import ChunkCache
 from shardvol.errors import InvalidArgumentError
+from shardvol.kvstore.remote import limited
 
 T = TypeVar("T")
 
 #: Reads and writes running at once, at most, in this process.
 ASYNC_THREADS = 16
 
-_pool: ThreadPoolExecutor | None = None
+_pool: CarryingPool | None = None
 _pool_lock = threading.Lock()
 
 
-def _executor() -> ThreadPoolExecutor:
+def _executor() -> CarryingPool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(ASYNC_THREADS, thread_name_prefix="shardvol-async")
+            _pool = CarryingPool(ASYNC_THREADS, thread_name_prefix="shardvol-async")
         return _pool
 
 
@@ -65,7 +71,7 @@ os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def submit(fn: Callable[[], T]) -> Future[T]:
-    """Run ``fn()`` on the pool."""
+    """Run ``fn()`` on the pool (under this thread's call limit)."""
     return _executor().submit(fn)
 
 
@@ -86,7 +92,9 @@ class WriteQueue:
         self.__init__()  # type: ignore[misc]  # unpickling: empty
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Queue ``fn()`` (to run under this thread's call limit)."""
         future: Future[T] = Future()
+        fn = carry(fn)
         with self._lock:
             self._queue.append((future, fn))
             if self._running:
@@ -128,33 +136,48 @@ class _Array(Protocol):
 
 class AsyncMethods:
     """``read_async``, ``aread``, ``write_async`` and ``prefetch`` for an array that reads
-    with ``self[key]``, writes with ``self[key] = value`` and may have a ``cache``."""
+    with ``self[key]``, writes with ``self[key] = value`` and may have a ``cache``.
 
-    def read_async(self: _Array, key: Any = ...) -> Future[np.ndarray]:
+    ``io_concurrency`` (each method): at most this many of the call's requests to a
+    remote store in flight at once, on top of the store's and the process's limits and of
+    any :func:`shardvol.io_limit` around the call (the smallest bounds); None adds no limit
+    of its own.  Reads and writes of local files and ``memory://`` are not limited.
+    """
+
+    def read_async(self: _Array, key: Any = ..., *,
+                   io_concurrency: int | None = None) -> Future[np.ndarray]:
         """``self[key]`` in the background: a Future of the array (or of the shardvol error
         the read raises)."""
-        return submit(lambda: self[key])
+        with limited(io_concurrency):
+            return submit(lambda: self[key])
 
-    async def aread(self: _Array, key: Any = ...) -> np.ndarray:
+    async def aread(self: _Array, key: Any = ..., *,
+                    io_concurrency: int | None = None) -> np.ndarray:
         """``self[key]`` for asyncio code: ``await vol.aread(region)`` (the read runs as
         :meth:`read_async` does, off the event loop)."""
-        return await asyncio.wrap_future(AsyncMethods.read_async(self, key))
+        return await asyncio.wrap_future(
+            AsyncMethods.read_async(self, key, io_concurrency=io_concurrency))
 
-    def write_async(self: _Array, key: Any, value: Any) -> Future[None]:
+    def write_async(self: _Array, key: Any, value: Any, *,
+                    io_concurrency: int | None = None) -> Future[None]:
         """``self[key] = value`` in the background, after the writes this handle was given
         before (``value`` is copied now: the caller may change it at once)."""
-        try:
-            copied = np.array(value, copy=True)
-        except (TypeError, ValueError) as e:  # (ragged sequences, objects numpy refuses)
-            raise InvalidArgumentError(f"cannot write {type(value).__name__} value: {e}") from None
-        queue = self.__dict__.get("_write_queue")
-        if queue is None:
-            queue = self.__dict__.setdefault("_write_queue", WriteQueue())
-        return queue.submit(lambda: self.__setitem__(key, copied))
+        with limited(io_concurrency):  # (first: a bad limit is refused before the copy)
+            try:
+                copied = np.array(value, copy=True)
+            except (TypeError, ValueError) as e:  # (ragged sequences, objects numpy refuses)
+                raise InvalidArgumentError(
+                    f"cannot write {type(value).__name__} value: {e}") from None
+            queue = self.__dict__.get("_write_queue")
+            if queue is None:
+                queue = self.__dict__.setdefault("_write_queue", WriteQueue())
+            return queue.submit(lambda: self.__setitem__(key, copied))
 
-    def prefetch(self: _Array, key: Any = ...) -> Future[None]:
+    def prefetch(self: _Array, key: Any = ..., *,
+                 io_concurrency: int | None = None) -> Future[None]:
         """Read ``key``'s chunks into the cache in the background, so that a read of it
         later finds them there (InvalidArgumentError when there is no cache)."""
+        scope = limited(io_concurrency)
         if self.cache is None:
             raise InvalidArgumentError(
                 "prefetch fills the chunk cache, and this handle has none: open it with "
@@ -164,4 +187,5 @@ class AsyncMethods:
         def warm() -> None:
             self[key]
 
-        return submit(warm)
+        with scope:
+            return submit(warm)

@@ -16,7 +16,8 @@ from shardvol.errors import StoreError
 class Arriving:
     """One value on its way: ``view()`` is its first ``have`` bytes of ``size`` (at
     ``version``); ``done`` once all of it is in, ``missing`` if the store has no such
-    value.  A read interrupted midway resumes where it stopped, at the same version."""
+    value.  A read interrupted midway resumes where it stopped, at the same version.
+    Readers take ``done`` before ``view()``: the last bytes may come in between."""
 
     __slots__ = ("buffer", "done", "have", "missing", "size", "version")
 

@@ -15,8 +15,8 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
+from shardvol._parallel import CarryingPool
 from shardvol.errors import (
     ByteRangeError,
     InvalidKeyError,
@@ -33,7 +33,7 @@ HIDDEN_PREFIX = ".shardvol-"
 DEFAULT_WINDOW = 256 << 20
 Request = str | tuple[str, ByteRange | None]
 
-_io_pool: ThreadPoolExecutor | None = None
+_io_pool: CarryingPool | None = None
 _io_pool_lock = threading.Lock()
 
 
@@ -46,16 +46,17 @@ def _reset_in_child() -> None:
     _key_locks_guard = threading.Lock()
 
 
-def io_pool() -> ThreadPoolExecutor:
+def io_pool() -> CarryingPool:
     """The process-wide thread pool used for concurrent store I/O.
 
     Only store I/O runs on it (tasks never submit back to it), so it cannot
-    deadlock when callers are themselves running on another pool.
+    deadlock when callers are themselves running on another pool.  Its tasks run under
+    the call limit of the thread that submitted them (see :func:`shardvol.io_limit`).
     """
     global _io_pool
     with _io_pool_lock:
         if _io_pool is None:
-            _io_pool = ThreadPoolExecutor(
+            _io_pool = CarryingPool(
                 max_workers=min(32, 4 * (os.cpu_count() or 1)), thread_name_prefix="shardvol-io"
             )
         return _io_pool

@@ -41,7 +41,7 @@ from shardvol.kvstore.base import (
     url_scheme,
 )
 from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
-from shardvol.kvstore.remote import Requests, exiting, run_on
+from shardvol.kvstore.remote import Requests, exiting, run_on, start_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
@@ -78,8 +78,9 @@ class FsspecStore(KVStore):
     connections, timeouts, bodies cut short): at most ``retries`` more times, all within
     ``timeout`` seconds; an attempt whose connection brings nothing for ``stall`` seconds
     is retried (HTTP(S), S3; see :mod:`shardvol.kvstore.retry`).  ``io_concurrency``: this
-    store's requests in flight at most, within the process's budget (see
-    :mod:`shardvol.kvstore.remote`).
+    store's requests in flight at most, within the process's budget; a call's own limit
+    (:func:`shardvol.io_limit`, or the ``io_concurrency`` keyword of a read or write) may
+    lower it for that call (see :mod:`shardvol.kvstore.remote`).
     """
 
     def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
@@ -570,7 +571,7 @@ def _stream(loop: asyncio.AbstractEventLoop,
     n = len(ops)
     del ops
     limited = sum(min(size or 0, window) for size in sizes) > window
-    future = asyncio.run_coroutine_threadsafe(run(), loop)
+    future = start_on(loop, run())  # (under the calling thread's call limit)
     try:
         finished = 0
         while finished < n:

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-from shardvol._parallel import default_parallel
+from shardvol._parallel import carry, default_parallel
 from shardvol.errors import InvalidArgumentError
 from shardvol.kvstore import KVStore
 
@@ -47,13 +47,16 @@ def run_tasks(
 
     ``fn`` must be a module-level function when the executor pickles work.
     The first failure is raised once the tasks already running have finished;
-    tasks not yet started are cancelled.
+    tasks not yet started are cancelled.  On a thread pool (None included) the tasks run
+    under the caller's limit of requests in flight (:func:`shardvol.io_limit`); other
+    executors run them without it.
     """
     own = executor is None
     pool = ThreadPoolExecutor(max_workers=default_parallel()) if executor is None else executor
+    run = carry(fn) if isinstance(pool, ThreadPoolExecutor) else fn
     futures: list[Future] = []
     try:
-        futures = [pool.submit(fn, task) for task in tasks]
+        futures = [pool.submit(run, task) for task in tasks]
         with tqdm(total=len(futures), desc=desc, unit="task", disable=not progress) as bar:
             for future in as_completed(futures):
                 future.result()

@@ -285,6 +285,7 @@ class ShardReader:
                 scan = scans[f]
                 if scan is None:
                     scan = scans[f] = ShardScan(self.spec, fn, cast(int, value.size))
+                done = value.done  # (before the view: the bytes may still be coming in)
                 data = value.view()
                 ids, minishards, starts, ends = scan.scan(data)
                 mine = np.isin(ids, wanted[f])
@@ -297,7 +298,7 @@ class ShardReader:
                             max_size=self.max_value_size)
                     given[f].append(k)
                     yield k, stored
-                if value.done:
+                if done:
                     finished[f], scans[f] = True, None
                     index = cast(np.ndarray, scan.index)  # (read: the file is all in)
                     shard = _Shard(fn, fn, self.spec.index_length, index, value.version)
