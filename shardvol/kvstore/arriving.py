@@ -9,6 +9,9 @@ still on the network.  Stores that cannot stream deliver each value whole, in on
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Hashable
+from typing import cast
+
+import numpy as np
 
 from shardvol.errors import StoreError
 
@@ -22,7 +25,7 @@ class Arriving:
     __slots__ = ("buffer", "done", "have", "missing", "size", "version")
 
     def __init__(self) -> None:
-        self.buffer: bytes | bytearray | memoryview = b""
+        self.buffer: bytes | memoryview = b""
         self.have = 0
         self.size: int | None = None
         self.version: Hashable | None = None
@@ -30,13 +33,15 @@ class Arriving:
         self.missing = False
 
     def start(self, size: int, version: Hashable | None) -> None:
-        """The value has ``size`` bytes at ``version``: a buffer of that size to fill."""
-        self.buffer, self.size, self.version = bytearray(size), size, version
+        """The value has ``size`` bytes at ``version``: a buffer of that size to fill (not
+        zeroed first: each page is written once, as the bytes arrive)."""
+        self.buffer = np.empty(size, np.uint8).data
+        self.size, self.version = size, version
 
     def extend(self, piece: bytes | memoryview) -> None:
         """Append the next bytes (the caller checks they fit)."""
         end = self.have + len(piece)
-        self.buffer[self.have : end] = piece  # type: ignore[index]  # (a bytearray here)
+        cast(memoryview, self.buffer)[self.have : end] = piece
         self.have = end
 
     def complete(self, value: bytes | memoryview | None, version: Hashable | None) -> None:
