@@ -84,6 +84,11 @@ class WriteConflictError(ShardvolError, RuntimeError):
     """Another writer changed a file between our read and our write."""
 
 
+class UnitChangedError(WriteConflictError):
+    """A conditional write (compare-and-swap) found its file changed since it was read: the
+    update is to be redone from a fresh read."""
+
+
 class LockError(StoreError):
     """A store lock could not be taken or was lost while held."""
 

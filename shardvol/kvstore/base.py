@@ -128,6 +128,12 @@ class KVStore(ABC):
     locks_across_processes: bool = False
     #: The values live in this process (``memory://``): no other process can reach them.
     in_process: bool = False
+    #: :meth:`set_if` and :meth:`delete_if` are atomic compare-and-swaps against every other
+    #: writer (other processes and machines too), on the versions :meth:`get_versioned` reads.
+    conditional_writes: bool = False
+    #: Seconds a compare-and-swap update is redone while other writers keep changing its
+    #: value, before WriteConflictError (None: for ever); see :mod:`shardvol.kvstore.cas`.
+    conflict_timeout: float | None = 600.0
 
     @abstractmethod
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
@@ -202,9 +208,30 @@ class KVStore(ABC):
             arriving.complete(value, version)
             yield i, arriving
 
+    def get_versioned(self, key: str) -> tuple[bytes | memoryview | None, Hashable | None]:
+        """The value under ``key`` (None if absent) and its version, as one read: the token
+        that :meth:`set_if` and :meth:`delete_if` compare (None for an absent value)."""
+        return self.get_many_versioned([key])[0]
+
     @abstractmethod
     def set(self, key: str, value: bytes) -> None:
         """Store ``value`` under ``key`` atomically (readers see the old or the new value)."""
+
+    def set_if(self, key: str, value: bytes | memoryview, version: Hashable | None) -> bool:
+        """Store ``value`` under ``key`` only if it is still at ``version`` (from
+        :meth:`get_versioned`; None: only if ``key`` is absent), atomically; whether it did.
+        Stores with :attr:`conditional_writes` only.
+
+        A write whose condition failed but which finds ``key`` holding exactly ``value``
+        counts as done: a retried request whose first attempt had landed finds its own
+        bytes, and otherwise the value is what the write meant it to be."""
+        raise NotImplementedError(f"{self.url} has no conditional writes")
+
+    def delete_if(self, key: str, version: Hashable | None) -> bool:
+        """Delete ``key`` only if it is still at ``version``; whether it is gone as asked
+        (an absent ``key``, or ``version`` None: nothing to delete, done).  Stores with
+        :attr:`conditional_writes` only."""
+        raise NotImplementedError(f"{self.url} has no conditional writes")
 
     def set_parts(self, key: str, parts: Sequence[bytes | memoryview]) -> None:
         """Store the concatenation of ``parts`` as :meth:`set` would (a shard of encoded
@@ -256,6 +283,16 @@ class KVStore(ABC):
         check_key(key)
         with _process_lock(self.url, key):
             yield
+
+    def write_lock(self, key: str) -> contextlib.AbstractContextManager[None]:
+        """What a writer of ``key``'s value holds around its read-modify-write: on stores with
+        :attr:`conditional_writes`, the lock of this process's threads only (every store
+        object of this URL), whose writes are then compare-and-swaps (see
+        :mod:`shardvol.kvstore.cas`); on the others, :meth:`lock`."""
+        if self.conditional_writes:
+            check_key(key)
+            return _process_lock(self.url, key)
+        return self.lock(key)
 
     def _require_writable(self, key: str) -> None:
         if self.read_only:

@@ -3,11 +3,14 @@
 Ranged reads become HTTP ``Range`` requests (or the object store's equivalent);
 ``get_many`` issues them concurrently through fsspec's async machinery.
 Object stores replace whole objects on write, which is atomic per key.
-``lock(key)`` holds across processes and machines on S3 (a lease object per key, see
-:mod:`shardvol.kvstore.lease`); on other protocols it orders writers inside this process
-only (see KVStore.lock).  On S3 and HTTP(S), reads are versioned (get_many_versioned,
-get_many_if): each response's ETag is the value's version, and reads that must find a
-version send it as ``If-Match``, so no separate metadata requests are needed.
+On S3, writes can be conditional (``set_if``, ``delete_if``: ``If-Match`` /
+``If-None-Match``), so read-modify-write cycles are compare-and-swaps that need no lock
+(see :mod:`shardvol.kvstore.cas`); ``lock(key)`` also holds across processes and machines
+there (a lease object per key, see :mod:`shardvol.kvstore.lease`).  On other protocols it
+orders writers inside this process only (see KVStore.lock).  On S3 and HTTP(S), reads are
+versioned (get_many_versioned, get_many_if): each response's ETag is the value's version,
+and reads that must find a version send it as ``If-Match``, so no separate metadata
+requests are needed.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import contextlib
 import queue
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import fsspec
 
@@ -46,11 +49,15 @@ from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
 
+if TYPE_CHECKING:
+    from shardvol.kvstore.s3_conditional import S3ConditionalObjects
+
 T = TypeVar("T")
 READ_ONLY_PROTOCOLS = {"http", "https"}
 # what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)
 _VERSION_FIELDS = ("ETag", "generation", "etag", "mtime", "LastModified", "last_modified")
 S3_PROTOCOLS = {"s3", "s3a"}
+_MAX_PUT = 5 << 30  # bytes of one S3 PUT at most (conditional writes are single PUTs)
 
 
 class _Shared:
@@ -67,6 +74,8 @@ class FsspecStore(KVStore):
 
     ``lease_ttl`` and ``lock_timeout`` (seconds; None waits for ever) set the cross-process
     locks of S3 stores: a crashed holder's lock is taken over after ``lease_ttl``.
+    ``lock_timeout`` also bounds how long a compare-and-swap update (S3, with versioned
+    reads: ``conditional_writes``) is redone while other writers keep changing its value.
     ``check_versions``: :meth:`version` asks the store for each object's ETag (or
     generation) with a metadata request, so shard readers notice files rewritten by other
     writers (see ShardReader) at the cost of those requests; else it returns None.
@@ -108,7 +117,9 @@ class FsspecStore(KVStore):
         self.root = root.rstrip("/")
         self.url = url.rstrip("/")
         self.lease_ttl, self.lock_timeout = lease_ttl, lock_timeout
+        self.conflict_timeout = lock_timeout
         self._objects: ConditionalObjects | None = None  # for leases
+        self._cas: S3ConditionalObjects | None = None  # for set_if, delete_if
         # reads that return versions and may require one: (url, range, ETag) -> (value, ETag)
         self._reads: VersionedReads | None = None
         if protocols & S3_PROTOCOLS:
@@ -120,11 +131,14 @@ class FsspecStore(KVStore):
             s3 = S3ConditionalObjects(self.fs, Requests(policy, process_budget=False))
             self._objects = s3
             self._reads = s3 if versioned_reads else None
+            if versioned_reads:  # (the versions that set_if compares are the reads' ETags)
+                self._cas = S3ConditionalObjects(self.fs, self.requests)
         # http(s) reads all go through our GETs, which read the status and Content-Range
         self._http = HttpVersionedReads(self.fs, policy.stall) if self.read_only else None
         if self._http is not None and versioned_reads:
             self._reads = self._http
         self.locks_across_processes = self._objects is not None
+        self.conditional_writes = self._cas is not None
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
         self._async = bool(getattr(self.fs, "async_impl", False))
@@ -410,6 +424,41 @@ class FsspecStore(KVStore):
             raise StoreError(f"cannot write {key!r} to {self.url}: {e}") from e
         finally:
             self._forget_in_flight(path)
+
+    def set_if(self, key: str, value: bytes | memoryview, version: Hashable | None) -> bool:
+        """One PUT with ``If-Match: <version>`` (``If-None-Match: *`` for None), retried on
+        transient failures; a failed condition is False (also 404: the object went)."""
+        self._require_writable(key)
+        cas = self._conditional(key)
+        path, data = self._path(key), bytes(value)
+        if len(data) > _MAX_PUT:
+            raise StoreError(f"cannot write {key!r} to {self.url} conditionally: "
+                             f"{len(data):,} bytes is more than one PUT takes")
+        try:
+            if version is None:
+                return cas.create(path, data) is not None
+            return cas.replace(path, data, str(version)) is not None
+        finally:
+            self._forget_in_flight(path)
+
+    def delete_if(self, key: str, version: Hashable | None) -> bool:
+        """One DELETE with ``If-Match: <version>``, retried on transient failures; an
+        absent object is done, a repeat that finds another version is not (see
+        S3ConditionalObjects.delete)."""
+        self._require_writable(key)
+        cas = self._conditional(key)
+        if version is None:
+            return True
+        path = self._path(key)
+        try:
+            return cas.delete(path, str(version), repeat_is_done=False)
+        finally:
+            self._forget_in_flight(path)
+
+    def _conditional(self, key: str) -> S3ConditionalObjects:
+        if self._cas is None:
+            raise NotImplementedError(f"{self.url} has no conditional writes ({key!r})")
+        return self._cas
 
     def delete(self, key: str) -> None:
         self._require_writable(key)

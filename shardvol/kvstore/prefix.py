@@ -31,6 +31,8 @@ class PrefixStore(KVStore):
         self.local = base.local
         self.locks_across_processes = base.locks_across_processes
         self.in_process = base.in_process
+        self.conditional_writes = base.conditional_writes
+        self.conflict_timeout = base.conflict_timeout
         self._keys: dict[str, str] = {}  # key -> base key, saving the check and join per read
 
     def _k(self, key: str) -> str:
@@ -99,6 +101,15 @@ class PrefixStore(KVStore):
     def delete(self, key: str) -> None:
         self.base.delete(self._k(key))
 
+    def get_versioned(self, key: str) -> tuple[bytes | memoryview | None, Hashable | None]:
+        return self.base.get_versioned(self._k(key))
+
+    def set_if(self, key: str, value: bytes | memoryview, version: Hashable | None) -> bool:
+        return self.base.set_if(self._k(key), value, version)
+
+    def delete_if(self, key: str, version: Hashable | None) -> bool:
+        return self.base.delete_if(self._k(key), version)
+
     def list(self, prefix: str = "") -> list[str]:
         n = len(self.prefix) + 1
         return [k[n:] for k in self.base.list(f"{self.prefix}/{prefix}")]
@@ -116,3 +127,6 @@ class PrefixStore(KVStore):
     def lock(self, key: str) -> Iterator[None]:
         with self.base.lock(self._k(key)):
             yield
+
+    def write_lock(self, key: str) -> contextlib.AbstractContextManager[None]:
+        return self.base.write_lock(self._k(key))

@@ -1,6 +1,7 @@
 """S3's conditional requests through s3fs's client: writes and deletes (``If-None-Match``
-/ ``If-Match``) for :mod:`shardvol.kvstore.lease`, and ranged reads that return the
-object's ETag and may require one (``If-Match``), for versioned reads (see FsspecStore).
+/ ``If-Match``) for :mod:`shardvol.kvstore.lease` and for the compare-and-swap updates of
+values (FsspecStore.set_if, delete_if), and ranged reads that return the object's ETag and
+may require one (``If-Match``), for versioned reads (see FsspecStore).
 
 AWS S3 supports them all (conditional deletes on general purpose buckets since 2025), as
 do MinIO and moto; a store that ignores the conditions would make the lease unsafe.
@@ -39,7 +40,8 @@ class S3ConditionalObjects:
     before it is sent again (by these retries, or by aiohttp, which resends idempotent
     requests on a closed keep-alive connection); the repeat then fails its condition.
     So a create or replace that fails its condition but finds the object holding exactly
-    its body has succeeded (lease bodies are unique), and a conditional delete that finds
+    its body has succeeded (lease bodies are unique; for other values the object then holds
+    what the write meant it to hold, whoever wrote it), and a conditional delete that finds
     the object gone is done.
     """
 
@@ -53,6 +55,7 @@ class S3ConditionalObjects:
 
         bucket, key, _ = self.fs.split_path(path)
         outcome = _Outcome()
+        kwargs = dict(getattr(self.fs, "req_kw", {}), **kwargs)
 
         async def attempt() -> dict:
             outcome.attempts += 1
@@ -67,12 +70,12 @@ class S3ConditionalObjects:
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code")
             if code not in _CONFLICT | _MISSING:
-                raise StoreError(f"cannot {method} lock object {path}: {e}") from e
+                raise StoreError(f"cannot {method} {path}: {e}") from e
             outcome.code = code
         except StoreError:
             raise
         except (BotoCoreError, OSError) as e:  # unreachable endpoint, credentials, ...
-            raise StoreError(f"cannot {method} lock object {path}: {e}") from e
+            raise StoreError(f"cannot {method} {path}: {e}") from e
         self.fs.invalidate_cache(path)
         return outcome
 
@@ -99,13 +102,15 @@ class S3ConditionalObjects:
             return None
         return outcome.out["ETag"], outcome.out["Body"]
 
-    def delete(self, path: str, version: str) -> bool:
-        """A delete that finds the object gone, or at another version after an attempt whose
-        outcome was not known (it may have deleted it, and a waiter created it anew), is
-        taken as done."""
+    def delete(self, path: str, version: str, repeat_is_done: bool = True) -> bool:
+        """A delete that finds the object gone is taken as done; so is one that finds it at
+        another version after an attempt whose outcome was not known (it may have deleted
+        it, and a waiter created it anew), unless not ``repeat_is_done``: an object of data
+        (not a lease) may have been changed by another writer while that attempt failed
+        without deleting it, so its delete is reported undone, to be redone from a read."""
         outcome = self._call("delete_object", path, IfMatch=version)
         return (outcome.out is not None or outcome.code in _MISSING
-                or (outcome.attempts > 1 and outcome.code in _CONFLICT))
+                or (repeat_is_done and outcome.attempts > 1 and outcome.code in _CONFLICT))
 
     async def read_one(self, path: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> tuple[Any, str | None]:
