@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
 
-from shardvol.kvstore import KVStore
+from shardvol.kvstore import KVStore, PrefixStore
 
 
 def stored_files(root: str) -> dict[str, bytes]:
@@ -25,6 +27,7 @@ class Recording(KVStore):
     def __init__(self, base: KVStore, local: bool | None = None) -> None:
         self.base, self.url, self.calls = base, base.url, []
         self.local = base.local if local is None else local
+        self.conditional_writes = base.conditional_writes
 
     @property
     def gets(self) -> list[str]:
@@ -43,11 +46,22 @@ class Recording(KVStore):
         self.calls.append(reqs)
         return [self.base.get(k, r) for k, r in reqs]
 
+    def get_many_versioned(self, requests):
+        reqs = [r if isinstance(r, tuple) else (r, None) for r in requests]
+        self.calls.append(reqs)
+        return self.base.get_many_versioned(reqs)
+
     def set(self, key, value):
         self.base.set(key, value)
 
+    def set_if(self, key, value, version):
+        return self.base.set_if(key, value, version)
+
     def delete(self, key):
         self.base.delete(key)
+
+    def delete_if(self, key, version):
+        return self.base.delete_if(key, version)
 
     def list(self, prefix=""):
         return self.base.list(prefix)
@@ -57,6 +71,76 @@ class Recording(KVStore):
 
     def version(self, key):
         return self.base.version(key)
+
+
+class Conditional(KVStore):
+    """``base`` with compare-and-swap writes, as S3 has them: a value's version is the MD5
+    of its bytes (as an ETag is), and set_if / delete_if compare it atomically."""
+
+    conditional_writes = True
+
+    def __init__(self, base: KVStore) -> None:
+        self.base, self.url, self.local = base, base.url, base.local
+        self._guard = threading.Lock()
+
+    def get(self, key, byte_range=None):
+        return self.base.get(key, byte_range)
+
+    def get_many(self, requests):
+        return self.base.get_many(requests)
+
+    def version(self, key):
+        value = self.base.get(key)
+        return None if value is None else hashlib.md5(bytes(value)).hexdigest()
+
+    def get_many_versioned(self, requests):
+        reqs = [r if isinstance(r, tuple) else (r, None) for r in requests]
+        with self._guard:  # (each value with the version it has)
+            return [(v, self.version(k)) for (k, _), v in zip(reqs, self.base.get_many(reqs))]
+
+    def set(self, key, value):
+        with self._guard:
+            self.base.set(key, value)
+
+    def set_if(self, key, value, version):
+        with self._guard:
+            current = self.base.get(key)
+            if self.version(key) != version and (current is None or current != bytes(value)):
+                return False
+            self.base.set(key, bytes(value))
+            return True
+
+    def delete(self, key):
+        with self._guard:
+            self.base.delete(key)
+
+    def delete_if(self, key, version):
+        with self._guard:
+            now = self.version(key)
+            if version is None or now is None:
+                return True
+            if now != version:
+                return False
+            self.base.delete(key)
+            return True
+
+    def list(self, prefix=""):
+        return self.base.list(prefix)
+
+    def size(self, key):
+        return self.base.size(key)
+
+
+class AnotherProcess(PrefixStore):
+    """``base`` below ``prefix`` as a store object of another process has it: its writers'
+    in-process locks are its own (keyed by ``name``), so that threads writing through
+    different such views are ordered by the store alone, as processes are."""
+
+    write_lock = KVStore.write_lock  # (not PrefixStore's, which takes the base's lock)
+
+    def __init__(self, base: KVStore, prefix: str, name: str) -> None:
+        super().__init__(base, prefix)
+        self.url = f"{self.url}#{name}"
 
 
 def rewrite_after_index_read(base: type[KVStore]) -> type[KVStore]:

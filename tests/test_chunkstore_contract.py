@@ -10,6 +10,7 @@ their own tests; here every store must keep the same promises to the engine.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 
@@ -20,6 +21,7 @@ from shardvol.array.buffered import BufferedChunkStore
 from shardvol.array.engine import ChunkedArray
 from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import normalize_selection
+from shardvol.errors import UnitChangedError, WriteConflictError
 from shardvol.kvstore import MemoryStore
 from shardvol.kvstore.memory import clear_memory
 from shardvol.precomputed.codecs import get_codec
@@ -28,7 +30,7 @@ from shardvol.precomputed.unsharded import UnshardedChunkStore
 from shardvol.sharding import ShardingSpec
 from shardvol.zarr3 import ZarrChunkStore, create_metadata
 
-from .stores import Recording
+from .stores import Conditional, Recording
 
 ALIGNED = ShardingSpec(preshift_bits=1, minishard_bits=1, shard_bits=3,
                        minishard_index_encoding="gzip", data_encoding="gzip")
@@ -53,15 +55,21 @@ def _zarr(kind: str, kv):
 
 KINDS = ["precomputed unsharded", "precomputed sharded aligned", "precomputed sharded hashed",
          "zarr3 unsharded", "zarr3 sharded", "buffered"]
+# the same over a store with conditional writes (S3's): units updated by compare-and-swap
+CONDITIONAL = " (conditional writes)"
+ALL_KINDS = KINDS + [k + CONDITIONAL for k in KINDS]
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=ALL_KINDS)
 def case(request):
     """(chunk store, recording key-value store under it, every chunk coordinate)."""
-    url = f"memory://contract-{KINDS.index(request.param)}"
+    url = f"memory://contract-{ALL_KINDS.index(request.param)}"
     clear_memory(url)
-    kv = Recording(MemoryStore(url), local=True)
-    kind = request.param
+    kind = request.param.removesuffix(CONDITIONAL)
+    memory = MemoryStore(url)
+    kv = Recording(Conditional(memory) if request.param.endswith(CONDITIONAL) else memory,
+                   local=True)
+    assert kv.conditional_writes == request.param.endswith(CONDITIONAL)
     if kind.startswith("zarr3"):
         store = _zarr(kind, kv)
         coords = [tuple(c) for c in np.ndindex(*store.grid_shape)]
@@ -70,6 +78,8 @@ def case(request):
         coords = [(*c, 0) for c in np.ndindex(*GRID.grid_shape[:3])]
     if kind == "buffered":
         store = BufferedChunkStore(store)
+    else:
+        assert store.conditional == kv.conditional_writes
     yield store, kv, coords
     clear_memory(url)
 
@@ -228,3 +238,48 @@ def test_a_partial_write_reads_each_unit_once(case):
     assert data_reads or isinstance(store, BufferedChunkStore)  # (it replaces whole units)
     full[tuple(slice(b.start - o, b.stop - o) for b, o in zip(box, g.origin))] = part
     assert np.array_equal(arr.read(everything), full)
+
+
+def test_a_merge_from_a_stale_read_is_refused_then_redone(case):
+    """Conditional stores: an update given what read_unit read is written only if the unit
+    is unchanged since (else UnitChangedError, nothing written); redo_on_conflict reads and
+    merges again, and gives up with WriteConflictError naming the unit after the store's
+    conflict timeout."""
+    store, kv, coords = case
+    if not store.conditional:
+        pytest.skip("no conditional writes")
+    rng = random.Random(8)
+    unit, members = next(iter(store.units(coords).items()))
+    first, last = members[0], members[-1]
+    store.update_unit(unit, {first: b"mine"})
+    stale = store.read_unit(unit)
+    theirs = {last: rng.randbytes(50)}
+    store.update_unit(unit, theirs)  # another writer, since the read
+    with pytest.raises(UnitChangedError):
+        store.update_unit(unit, {first: b"late"}, current=stale)
+    assert _contents(store, members) == {first: b"mine", **theirs}
+    attempts = []
+
+    def merge():
+        current = store.read_unit(unit)
+        if not attempts:
+            store.update_unit(unit, {last: b"raced"})  # again another writer
+        attempts.append(current)
+        kept = current.chunks([first])[first]
+        store.update_unit(unit, {first: bytes(kept) + b"+1"}, current=current)
+
+    store.redo_on_conflict(unit, merge)
+    assert len(attempts) == 2
+    # (a unit of one chunk: the merge is redone on what the other writer wrote)
+    want = {first: b"raced+1"} if first == last else {first: b"mine+1", last: b"raced"}
+    assert _contents(store, members) == want
+
+    def always_raced():
+        current = store.read_unit(unit)
+        store.update_unit(unit, {last: rng.randbytes(50)})
+        store.update_unit(unit, {first: b"never"}, current=current)
+
+    kv.conflict_timeout = 0.2
+    with pytest.raises(WriteConflictError, match=re.escape(store.describe_unit(unit))):
+        store.redo_on_conflict(unit, always_raced)
+    assert bytes(store.read_chunks([first])[first]) != b"never"

@@ -273,7 +273,7 @@ def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path):
 
 def test_remote_writes_keep_many_uploads_in_flight(s3_proxy):
     """128 chunk files written to S3 with 2 threads: not 8 uploads at a time (the local
-    writers' count) but many, each under its lease."""
+    writers' count) but many, each one PUT."""
     bucket = new_bucket()
     vol = Volume.create(_s3(s3_proxy, bucket), size=[128, 64, 64], data_type="uint8",
                         chunk_size=[16, 16, 16], encoding="raw", parallel=2)

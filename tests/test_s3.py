@@ -1,6 +1,7 @@
-"""S3 through fsspec, against moto's S3 server: the store contract, and locks that hold
-across processes (lease objects with conditional writes) so concurrent writers of one
-shard never lose each other's chunks."""
+"""S3 through fsspec, against moto's S3 server: the store contract, locks that hold across
+processes (lease objects with conditional writes), and concurrent writers of one shard,
+whose merges are compare-and-swaps (see test_s3_cas.py), never losing each other's
+chunks."""
 
 from __future__ import annotations
 
@@ -262,9 +263,10 @@ HASHED = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_12
 
 
 def test_processes_downsample_into_shared_hashed_shards(bucket, tmp_path):
-    """Hashed output shards are shared by tasks; on S3 their locks let an executor of other
-    processes merge into them (refused on stores without cross-process locks).  The result
-    equals the same downsampling run in this process on local files."""
+    """Hashed output shards are shared by tasks; on S3 their merges are compare-and-swaps,
+    which let an executor of other processes merge into them (refused on stores without
+    cross-process locks or conditional writes).  The result equals the same downsampling
+    run in this process on local files."""
     from concurrent.futures import ProcessPoolExecutor
 
     import shardvol

@@ -10,6 +10,13 @@ Writes happen in *units*: the pieces of storage that are replaced atomically
 the same unit must hold :meth:`ChunkStore.lock` for it around their
 read-modify-write cycle, which reads the unit once (:meth:`ChunkStore.read_unit`)
 and hands what it read back to :meth:`ChunkStore.update_unit`.
+
+On stores with conditional writes (:attr:`ChunkStore.conditional`: S3), the lock
+orders only this process's threads: other writers are ordered by compare-and-swap.
+:meth:`ChunkStore.read_unit` then reads the unit's version too, and
+:meth:`ChunkStore.update_unit` writes only if the unit is still at it, else raises
+UnitChangedError; the caller redoes the cycle from a fresh read, inside
+:meth:`ChunkStore.redo_on_conflict` (see :mod:`shardvol.kvstore.cas`).
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 from shardvol.array.grid import ChunkCoord
+from shardvol.kvstore.cas import redo_on_conflict
+
+T = TypeVar("T")
 
 #: A unit's name: a shard number, a chunk file's grid position, a shard key, ...
 Unit = TypeVar("Unit", bound=Hashable)
@@ -45,6 +55,22 @@ class UnitContents:
         return dict(self._store.read_chunks(coords))
 
 
+class ChunkFileContents(UnitContents):
+    """A unit that is one stored chunk, read once with its version, for a compare-and-swap
+    update (:attr:`ChunkStore.conditional`): ``blob`` None if absent, ``version`` the
+    store's token of what was read (None: absent)."""
+
+    def __init__(self, store: ChunkStore[Any], coord: ChunkCoord, blob: Blob | None,
+                 version: Hashable | None) -> None:
+        super().__init__(store)
+        self.coord, self.blob, self.version = coord, blob, version
+
+    def chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
+        if self.blob is None or self.coord not in coords:
+            return {}
+        return {self.coord: self.blob}
+
+
 class ChunkStore(ABC, Generic[Unit]):
     """Encoded chunks by grid coordinate, batched, with atomic unit updates."""
 
@@ -53,6 +79,33 @@ class ChunkStore(ABC, Generic[Unit]):
         """Whether reads wait on a network: :meth:`iter_stored` then has every request of
         a read in flight at once and yields chunks as they arrive."""
         return False
+
+    @property
+    def conditional(self) -> bool:
+        """Whether units are updated by compare-and-swap (see the module's doc): then
+        :meth:`lock` orders this process's threads only, :meth:`update_unit` given
+        ``current`` raises UnitChangedError if another writer changed the unit since it
+        was read, and one given none merges by compare-and-swap itself."""
+        return False
+
+    @property
+    def conflict_timeout(self) -> float | None:
+        """Seconds :meth:`redo_on_conflict` redoes a cycle (None: for ever)."""
+        return None
+
+    def describe_unit(self, unit: Unit) -> str:
+        """How error messages name a unit (its file)."""
+        return f"unit {unit!r}"
+
+    def redo_on_conflict(self, unit: Unit, attempt: Callable[[], T]) -> T:
+        """``attempt()``: a read-modify-write of ``unit`` (:meth:`read_unit`, a merge,
+        :meth:`update_unit` with what was read), redone from its read while its update finds
+        the unit changed by another writer; WriteConflictError naming the unit once
+        :attr:`conflict_timeout` has passed.  Stores that are not :attr:`conditional`
+        never find a conflict: one attempt."""
+        if not self.conditional:
+            return attempt()
+        return redo_on_conflict(attempt, self.conflict_timeout, self.describe_unit(unit))
 
     @abstractmethod
     def read_chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, Blob]:
@@ -110,7 +163,8 @@ class ChunkStore(ABC, Generic[Unit]):
 
     def read_unit(self, unit: Unit) -> UnitContents:
         """What ``unit`` holds now, for a read-modify-write under :meth:`lock`: its chunks
-        are merged from it, and it goes back to :meth:`update_unit` as ``current``."""
+        are merged from it, and it goes back to :meth:`update_unit` as ``current`` (on
+        :attr:`conditional` stores, with the version it was read at)."""
         return UnitContents(self)
 
     @abstractmethod
@@ -129,11 +183,17 @@ class ChunkStore(ABC, Generic[Unit]):
         lock) unless ``replace`` is true, in which case the unit ends up holding
         exactly ``put``.  A unit left with no chunks is deleted.  Callers doing a
         read-modify-write hold :meth:`lock` around it.
+
+        On :attr:`conditional` stores a replacement is a plain write; an update given
+        ``current`` is written only if the unit is still at the version read, else
+        UnitChangedError (the caller reads it again: :meth:`redo_on_conflict`); one given
+        none reads, merges and writes by compare-and-swap until it succeeds.
         """
 
     @abstractmethod
     def lock(self, unit: Unit) -> AbstractContextManager[object]:
-        """Exclusive lock on ``unit`` (across processes where the storage allows); what
+        """Exclusive lock on ``unit`` (across processes where the storage allows, except
+        on :attr:`conditional` stores, where it orders this process's threads only); what
         ``with`` binds is no part of the contract."""
 
     def unit_version(self, unit: Unit) -> Hashable | None:

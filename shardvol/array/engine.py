@@ -12,7 +12,10 @@ once: its fully covered chunks are encoded without reading, then it is updated
 holding its lock (existing content is read and merged only when it must be kept:
 partially covered chunks, or other chunks of a shard).  Each unit is replaced
 atomically; if one fails (say a chunk its encoding cannot store), units already
-written stay written.
+written stay written.  On stores with conditional writes (S3) the lock orders this
+process's threads only: a merge is written only if the unit is unchanged since it
+was read, else read and merged again (see ChunkStore.redo_on_conflict), and a whole
+unit replaced is one plain write.
 """
 
 from __future__ import annotations
@@ -498,9 +501,12 @@ class ChunkedArray:
                     self.cache.drop(all_chunks if replace and all_chunks else blobs)
 
         # Replacing a unit takes its lock too: a read-modify-write of the unit running
-        # meanwhile would otherwise store its merge over the replacement, losing it.
+        # meanwhile would otherwise store its merge over the replacement, losing it.  On
+        # conditional stores the lock orders this process's threads, and other writers'
+        # merges are compare-and-swaps, which fail after a replacement: a merge is then
+        # redone from a fresh read (with the chunks' cached copies dropped each time).
         with self.store.lock(unit):
-            apply()
+            self.store.redo_on_conflict(unit, apply)
 
     def _covered(self, coord: ChunkCoord, parts: list[tuple[ChunkPart, np.ndarray]]) -> bool:
         """Whether ``parts`` together cover every in-domain element of the chunk (then

@@ -321,12 +321,14 @@ def _check_shared_shards(
     """Refuse output sharding whose shards are not spatial blocks where writers could race.
 
     Tasks then share shards and merge into them under the shards' locks, which hold for
-    threads of one process and, on local files and S3, across processes; an executor of
-    other processes or machines writing to another store could lose chunks.
+    threads of one process and, on local files, across processes; on S3 the merges are
+    compare-and-swaps, which hold across processes too.  An executor of other processes or
+    machines writing to another store could lose chunks.
     """
     if not isinstance(sharding, dict) or executor is None:
         return
-    if vol.store.local or vol.store.locks_across_processes:
+    store = vol.store
+    if store.local or store.locks_across_processes or store.conditional_writes:
         return
     spec = ShardingSpec.from_dict(sharding)
     chunk = list(chunk_size or vol.chunk_size)

@@ -2,7 +2,9 @@
 
 A unit is a shard (by number); updating it rewrites the whole shard file
 atomically, keeping the chunks that are neither put nor deleted (as stored: only the
-chunks put are gzipped, at ``level``, with gzip data encoding).
+chunks put are gzipped, at ``level``, with gzip data encoding).  On stores with
+conditional writes the rewrite is a compare-and-swap on the shard file's version (see
+ChunkStore.conditional).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from shardvol._ext.morton import compressed_morton_code, decode_morton_code
 from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
 from shardvol.array.grid import ChunkGrid
 from shardvol.compression import DEFAULT_LEVEL
-from shardvol.errors import InvalidArgumentError
+from shardvol.errors import InvalidArgumentError, UnitChangedError
 from shardvol.kvstore import KVStore
 from shardvol.sharding import ShardingSpec, ShardReader, encode_shard, rewrite_shard
 from shardvol.sharding.auto import shard_shape_in_chunks
@@ -56,6 +58,17 @@ class ShardedChunkStore(ChunkStore[int]):
     @property
     def remote(self) -> bool:
         return not self.kv.local
+
+    @property
+    def conditional(self) -> bool:
+        return self.kv.conditional_writes
+
+    @property
+    def conflict_timeout(self) -> float | None:
+        return self.kv.conflict_timeout
+
+    def describe_unit(self, unit: int) -> str:
+        return f"shard {self.kv.url}/{self.spec.shard_filename(unit)}"
 
     def codes(self, coords: Sequence[ChunkCoord]) -> np.ndarray:
         xyz = np.array([c[:3] for c in coords], dtype=np.uint64).reshape(-1, 3)
@@ -197,8 +210,9 @@ class ShardedChunkStore(ChunkStore[int]):
             return None
 
     def read_unit(self, unit: int) -> _ShardContents:
-        """The shard file, read whole once (its entries as stored)."""
-        return _ShardContents(self, read_entries(self.kv, self.spec, unit))
+        """The shard file, read whole once (its entries as stored; with its version on
+        conditional stores)."""
+        return _ShardContents(self, read_entries(self.kv, self.spec, unit, self.conditional))
 
     def update_unit(
         self,
@@ -209,6 +223,11 @@ class ShardedChunkStore(ChunkStore[int]):
         current: UnitContents | None = None,
     ) -> None:
         filename = self.spec.shard_filename(unit)
+        if current is None and not replace and self.conditional:
+            delete = list(delete)
+            self.redo_on_conflict(unit, lambda: self.update_unit(
+                unit, put, delete, current=self.read_unit(unit)))
+            return
         entries = dict(zip(self.codes(list(put)).tolist(), put.values())) if put else {}
         if replace:
             if entries:
@@ -220,15 +239,19 @@ class ShardedChunkStore(ChunkStore[int]):
             delete = list(delete)
             gone = self.codes(delete).tolist() if delete else []
             read = current.shard if isinstance(current, _ShardContents) else None
-            rewrite_shard(self.kv, self.spec, unit, entries, gone, self.level, read)
+            try:
+                rewrite_shard(self.kv, self.spec, unit, entries, gone, self.level, read)
+            except UnitChangedError:  # another writer's shard: not our cached indexes
+                self.reader.replaced(filename)
+                raise
         self.reader.invalidate(filename)
 
     @contextmanager
     def lock(self, unit: int) -> Iterator[None]:
-        """The shard file's lock; cached indexes of it are dropped once it is held, so a
-        read-modify-write reads what the previous holder (any process) wrote."""
+        """The shard file's lock (on conditional stores, of this process's threads); cached
+        indexes of it are dropped once it is held."""
         filename = self.spec.shard_filename(unit)
-        with self.kv.lock(filename):
+        with self.kv.write_lock(filename):
             self.reader.invalidate(filename)
             yield
 

@@ -10,12 +10,20 @@ import itertools
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
-from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
+from shardvol.array.chunkstore import (
+    Blob,
+    ChunkCoord,
+    ChunkFileContents,
+    ChunkRead,
+    ChunkStore,
+    UnitContents,
+)
 from shardvol.array.grid import ChunkGrid
 from shardvol.compression import gzip_decompress
 from shardvol.errors import ChunkDecodeError
 from shardvol.kvstore import KVStore
 from shardvol.kvstore.base import io_pool
+from shardvol.kvstore.cas import write_if
 
 
 def chunk_key(grid: ChunkGrid, coord: ChunkCoord) -> str:
@@ -43,6 +51,17 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
     @property
     def remote(self) -> bool:
         return not self.kv.local
+
+    @property
+    def conditional(self) -> bool:
+        return self.kv.conditional_writes
+
+    @property
+    def conflict_timeout(self) -> float | None:
+        return self.kv.conflict_timeout
+
+    def describe_unit(self, unit: ChunkCoord) -> str:
+        return self.describe(unit)
 
     def unit_version(self, unit: ChunkCoord) -> Hashable | None:
         return self.kv.version(chunk_key(self.grid, unit)) if self.kv.local else None
@@ -105,6 +124,18 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
         gx, gy, gz = self.grid.grid_shape[:3]
         return ((x, y, z, 0) for z, y, x in itertools.product(range(gz), range(gy), range(gx)))
 
+    def read_unit(self, unit: ChunkCoord) -> UnitContents:
+        """On conditional stores the chunk file, read now with its version (a ``.gz``
+        file read in its place counts as absent: it is not what is rewritten)."""
+        if not self.conditional:
+            return super().read_unit(unit)
+        key = chunk_key(self.grid, unit)
+        blob, version = self.kv.get_versioned(key)
+        if blob is None:
+            gz = self.kv.get(key + ".gz")
+            blob = None if gz is None else self._gunzip(gz, key)
+        return ChunkFileContents(self, unit, blob, version)
+
     def update_unit(
         self,
         unit: ChunkCoord,
@@ -113,15 +144,24 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
         replace: bool = False,
         current: UnitContents | None = None,
     ) -> None:
+        """A chunk put or deleted replaces the file whatever it held; with ``current`` read
+        with its version (conditional stores), only if the file is still at it."""
         key = chunk_key(self.grid, unit)
+        read = current if isinstance(current, ChunkFileContents) and not replace else None
         if unit in put:
-            self.kv.set(key, put[unit])
+            if read is None:
+                self.kv.set(key, put[unit])
+            else:
+                write_if(self.kv, key, put[unit], read.version)
         elif unit in set(delete) or replace:
-            self.kv.delete(key)
+            if read is None:
+                self.kv.delete(key)
+            else:
+                write_if(self.kv, key, None, read.version)
             self.kv.delete(key + ".gz")
 
     def lock(self, unit: ChunkCoord) -> AbstractContextManager[None]:
-        return self.kv.lock(chunk_key(self.grid, unit))
+        return self.kv.write_lock(chunk_key(self.grid, unit))
 
     def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
         def one(c: ChunkCoord) -> bool:

@@ -323,7 +323,7 @@ def shard_entries(
 
 
 def disassemble_shard(
-    spec: ShardingSpec, blob: bytes, filename: str = "<shard>"
+    spec: ShardingSpec, blob: bytes | memoryview, filename: str = "<shard>"
 ) -> dict[int, bytes]:
     """``{key: decoded value}`` of every entry of a whole shard file."""
     keys, minishards, views = shard_entries(spec, blob, filename)

@@ -84,29 +84,36 @@ def obsolete_names(filename: str) -> tuple[str, str]:
     return stem + ".index", stem + ".data"
 
 
-def fetch_shard(store: KVStore, spec: ShardingSpec, filename: str) -> tuple[bytes | None, bool]:
-    """(whole shard file bytes or None, whether it came from the obsolete layout)."""
-    blob = store.get(filename)
+def fetch_shard(
+    store: KVStore, spec: ShardingSpec, filename: str, versioned: bool = False
+) -> tuple[bytes | memoryview | None, bool, Hashable | None]:
+    """(whole shard file bytes or None, whether it came from the obsolete layout, and with
+    ``versioned`` the version of the ``.shard`` file read (KVStore.get_versioned; None if
+    it is absent), else None)."""
+    if versioned:
+        blob, version = store.get_versioned(filename)
+    else:
+        blob, version = store.get(filename), None
     if blob is not None:
-        return blob, False
+        return blob, False, version
     index_name, data_name = obsolete_names(filename)
     try:
         index = store.get(index_name, (0, spec.index_length))
     except ByteRangeError:
         index = store.get(index_name)  # shorter than a shard index: report its size
     if index is None:
-        return None, False
+        return None, False, None
     decode_shard_index(index, spec, index_name)
     data = store.get(data_name)
     if data is None:
         raise ShardFormatError(f"{index_name} exists but {data_name} is missing")
-    return index + data, True
+    return index + data, True, None
 
 
 def read_shard(store: KVStore | str, spec: ShardingSpec, shard_number: int) -> dict[int, bytes]:
     """``{key: value}`` of every entry of one shard ({} if the shard does not exist)."""
     filename = spec.shard_filename(shard_number)
-    blob, _ = fetch_shard(open_store(store), spec, filename)
+    blob, _, _ = fetch_shard(open_store(store), spec, filename)
     return {} if blob is None else disassemble_shard(spec, blob, filename)
 
 
@@ -191,7 +198,9 @@ class ShardReader:
         since its cached index was read (by another writer)."""
         self._listeners.append(listener)
 
-    def _replaced(self, filename: str) -> None:
+    def replaced(self, filename: str) -> None:
+        """Shard file ``filename`` was found replaced by another writer: its cached indexes
+        go, and the listeners (see :meth:`on_replaced`) are told."""
         self.invalidate(filename)
         for listener in self._listeners:
             listener(filename)
@@ -344,7 +353,7 @@ class ShardReader:
             if (isinstance(error, Stale) and error.key == data_key) or (
                 not self.store.still_at(data_key, entry.version)
             ):
-                self._replaced(fn)
+                self.replaced(fn)
                 changed = True
         return changed
 
@@ -414,7 +423,7 @@ class ShardReader:
                 out[i] = entry
             else:
                 if entry is not None:
-                    self._replaced(fn)
+                    self.replaced(fn)
                 missing.append(i)
         if missing:
             names = [filenames[i] for i in missing]

@@ -1,16 +1,19 @@
 """Writing shard files: whole shards at once, or read-modify-write updates of existing shards.
 
 Every shard file is replaced atomically (``store.set``).  ``update_shard`` holds
-``store.lock(<shard file>)`` around its read-modify-write, so concurrent updates
+``store.write_lock(<shard file>)`` around its read-modify-write, so concurrent updates
 of one shard (threads or processes, as far as the store's lock reaches) lose
-nothing.  A ``reader`` passed to these functions has its cached indexes of the
-rewritten files invalidated.  ``level``: the gzip level of values written with gzip data
-encoding (values kept from a shard are not re-encoded).
+nothing; on stores with conditional writes (S3) that lock orders this process's threads
+only, and the rewrite is a compare-and-swap, redone from a fresh read when another
+writer changed the shard since it was read (see :mod:`shardvol.kvstore.cas`).  A
+``reader`` passed to these functions has its cached indexes of the rewritten files
+invalidated.  ``level``: the gzip level of values written with gzip data encoding
+(values kept from a shard are not re-encoded).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from itertools import pairwise
 from typing import NamedTuple
 
@@ -20,6 +23,7 @@ from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import ShardFormatError
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import io_pool
+from shardvol.kvstore.cas import redo_on_conflict, write_if
 from shardvol.sharding.format import (
     assemble_shard,
     encode_values,
@@ -82,8 +86,9 @@ def update_shard(
     """Store ``put`` and remove ``delete`` (applied first) in the existing shard files.
 
     Each touched shard is read, changed and rewritten atomically under
-    ``store.lock(filename)``; entries not named are kept as stored (not
-    re-encoded).  A shard left empty is deleted.  Returns the touched file names.
+    ``store.write_lock(filename)`` (by compare-and-swap on stores with conditional
+    writes); entries not named are kept as stored (not re-encoded).  A shard left empty
+    is deleted.  Returns the touched file names.
     """
     store = open_store(store)
     put_keys = as_keys(list(put))
@@ -95,14 +100,18 @@ def update_shard(
     for shard in np.union1d(put_shard, del_shard).tolist():
         in_put = np.flatnonzero(put_shard == shard)
         fn = spec.shard_filename(shard)
-        with store.lock(fn):
-            _rewrite(
-                store,
-                spec,
-                shard,
-                {int(put_keys[i]): put_blobs[i] for i in in_put.tolist()},
-                del_keys[del_shard == shard].tolist(),
-            )
+        puts = {int(put_keys[i]): put_blobs[i] for i in in_put.tolist()}
+        gone = del_keys[del_shard == shard].tolist()
+
+        def attempt(shard: int = shard, puts: dict = puts, gone: list = gone) -> None:
+            current = read_entries(store, spec, shard, versioned=store.conditional_writes)
+            _rewrite(store, spec, shard, puts, gone, current)
+
+        with store.write_lock(fn):
+            if store.conditional_writes:
+                redo_on_conflict(attempt, store.conflict_timeout, f"{store.url}/{fn}")
+            else:
+                attempt()
         if reader is not None:
             reader.invalidate(fn)
         touched.append(fn)
@@ -111,24 +120,31 @@ def update_shard(
 
 class ShardEntries(NamedTuple):
     """What one shard file held when read: its entries (values as stored, in the data
-    encoding) and whether it came from the obsolete ``.index`` + ``.data`` layout."""
+    encoding) and whether it came from the obsolete ``.index`` + ``.data`` layout; if
+    ``checked`` (read with its version, from a store with conditional writes), the
+    ``.shard`` file's ``version`` (None: absent), which its rewrite must still find."""
 
     entries: dict[int, bytes | memoryview]
     obsolete: bool
+    version: Hashable | None = None
+    checked: bool = False
 
 
-def read_entries(store: KVStore, spec: ShardingSpec, shard: int) -> ShardEntries:
-    """The entries of one shard file (none if it does not exist), checked to belong there."""
+def read_entries(store: KVStore, spec: ShardingSpec, shard: int,
+                 versioned: bool = False) -> ShardEntries:
+    """The entries of one shard file (none if it does not exist), checked to belong there;
+    ``versioned``: with the file's version, for a compare-and-swap rewrite (stores with
+    conditional writes)."""
     fn = spec.shard_filename(shard)
-    blob, obsolete = fetch_shard(store, spec, fn)
+    blob, obsolete, version = fetch_shard(store, spec, fn, versioned)
     if blob is None:
-        return ShardEntries({}, False)
+        return ShardEntries({}, False, None, versioned)
     keys, _, views = shard_entries(spec, blob, fn)
     home, _ = spec.shard_and_minishard(keys)
     if (home != np.uint64(shard)).any():
         k = int(keys[np.argmax(home != np.uint64(shard))])
         raise ShardFormatError(f"{fn}: key {k} belongs in {spec.filename(k)}")
-    return ShardEntries(dict(zip(keys.tolist(), views)), obsolete)
+    return ShardEntries(dict(zip(keys.tolist(), views)), obsolete, version, versioned)
 
 
 def rewrite_shard(
@@ -140,11 +156,13 @@ def rewrite_shard(
     level: int = DEFAULT_LEVEL,
     current: ShardEntries | None = None,
 ) -> None:
-    """Read-modify-write of one shard file; the caller holds ``store.lock(filename)``.
+    """Read-modify-write of one shard file; the caller holds ``store.write_lock(filename)``.
 
     ``put`` values are raw (encoded here per ``data_encoding``); entries not
     named are kept as stored.  A shard left empty is deleted.  ``current``: the shard as
-    :func:`read_entries` read it under the same lock (else it is read here).
+    :func:`read_entries` read it under the same lock (else it is read here); if read
+    with its version, the file is rewritten only if still at it, else UnitChangedError
+    (read it again and redo).
     """
     blobs = encode_values(spec, list(put.values()), level)
     _rewrite(store, spec, shard, dict(zip(put, blobs)), [int(k) for k in delete], current)
@@ -170,9 +188,13 @@ def _rewrite(
         keys = as_keys(list(entries))
         values = list(entries.values())
         order, _, minishards = sort_entries(spec, keys)
-        store.set(
-            fn, assemble_shard(spec, keys[order], minishards, [values[i] for i in order.tolist()])
-        )
+        data = assemble_shard(spec, keys[order], minishards, [values[i] for i in order.tolist()])
+        if current.checked:
+            write_if(store, fn, data, current.version)
+        else:
+            store.set(fn, data)
+    elif current.checked:
+        write_if(store, fn, None, current.version)
     else:
         store.delete(fn)
     if current.obsolete or not entries:  # an obsolete pair left behind would be read again

@@ -8,7 +8,9 @@ prefix/suffix byte range, then only the needed inner chunks as coalesced byte
 ranges (or the whole shard when every one of its chunks is wanted).  Shard
 indexes are cached with the version of the shard they were read from (on stores
 that report versions): chunk reads that rely on a cached index are checked
-against that version and read again when the shard was replaced.
+against that version and read again when the shard was replaced.  On stores with
+conditional writes, read-modify-writes of a unit are compare-and-swaps on its version
+(see ChunkStore.conditional).
 """
 
 from __future__ import annotations
@@ -19,15 +21,24 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from contextlib import AbstractContextManager
 from typing import Any
 
-from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
+from shardvol.array.chunkstore import (
+    Blob,
+    ChunkCoord,
+    ChunkFileContents,
+    ChunkRead,
+    ChunkStore,
+    UnitContents,
+)
 from shardvol.errors import (
     AlreadyExistsError,
     InfoError,
     InvalidArgumentError,
     OutOfBoundsError,
     ShardFormatError,
+    UnitChangedError,
 )
 from shardvol.kvstore import KVStore, Request, open_store
+from shardvol.kvstore.cas import write_if
 from shardvol.kvstore.lru import LRU
 from shardvol.kvstore.shards import (
     ATTEMPTS,
@@ -87,6 +98,17 @@ class ZarrChunkStore(ChunkStore[str]):
     @property
     def remote(self) -> bool:
         return not self.kv.local
+
+    @property
+    def conditional(self) -> bool:
+        return self.kv.conditional_writes
+
+    @property
+    def conflict_timeout(self) -> float | None:
+        return self.kv.conflict_timeout
+
+    def describe_unit(self, unit: str) -> str:
+        return f"{'shard' if self.layout else 'chunk'} {self.kv.url}/{unit}"
 
     @classmethod
     def open(cls, url_or_store: str | KVStore, **kwargs) -> ZarrChunkStore:
@@ -380,15 +402,23 @@ class ZarrChunkStore(ChunkStore[str]):
     # ----------------------------------------------------------------- writes
 
     def read_unit(self, unit: str) -> UnitContents:
-        """A shard, read whole once (its inner chunks as stored); a chunk file as asked."""
-        if self.layout is None:
+        """A shard, read whole once (its inner chunks as stored); a chunk file as asked, or
+        at once with its version on conditional stores (as a shard is there)."""
+        if self.layout is not None:
+            return self._read_shard(unit)
+        if not self.conditional:
             return super().read_unit(unit)
-        return self._read_shard(unit)
+        blob, version = self.kv.get_versioned(unit)
+        return ChunkFileContents(self, self.unit_chunks(unit)[0], blob, version)
 
     def _read_shard(self, unit: str) -> _ShardContents:
         assert self.layout is not None
-        data = self.kv.get(unit)
-        return _ShardContents(self, {} if data is None else self.layout.split_shard(data, unit))
+        if self.conditional:
+            data, version = self.kv.get_versioned(unit)
+        else:
+            data, version = self.kv.get(unit), None
+        parts = {} if data is None else self.layout.split_shard(data, unit)
+        return _ShardContents(self, parts, version, self.conditional)
 
     def update_unit(
         self,
@@ -398,17 +428,29 @@ class ZarrChunkStore(ChunkStore[str]):
         replace: bool = False,
         current: UnitContents | None = None,
     ) -> None:
+        delete = list(delete)
         members = {tuple(int(c) for c in coord) for coord in itertools.chain(put, delete)}
         strays = [c for c in members if self.unit_of(c) != unit]
         if strays:
             raise InvalidArgumentError(f"chunks {strays[:3]} are not stored in unit {unit!r}")
         if self.layout is None:
-            if put:
-                self.kv.set(unit, next(iter(put.values())))
-            elif replace or members:
+            read = current if isinstance(current, ChunkFileContents) and not replace else None
+            value = next(iter(put.values())) if put else None
+            if value is None and not (replace or members):
+                return
+            if read is not None:
+                write_if(self.kv, unit, value, read.version)
+            elif value is not None:
+                self.kv.set(unit, value)
+            else:
                 self.kv.delete(unit)
             return
+        if current is None and not replace and self.conditional:
+            self.redo_on_conflict(unit, lambda: self.update_unit(
+                unit, put, delete, current=self._read_shard(unit)))
+            return
         chunks: dict[int, bytes | memoryview] = {}
+        shard = None
         if not replace:
             shard = current if isinstance(current, _ShardContents) else self._read_shard(unit)
             chunks.update(shard.parts)
@@ -416,23 +458,45 @@ class ZarrChunkStore(ChunkStore[str]):
             chunks.pop(self._linear(tuple(coord)), None)
         for coord, value in put.items():
             chunks[self._linear(tuple(coord))] = value
-        if chunks:
-            self.kv.set_parts(unit, self.layout.shard_parts(chunks))
-        else:
-            self.kv.delete(unit)
-        self.shard_index_cache.discard(unit)  # (a stale entry would only cost a retry)
+        try:
+            self._store_shard(unit, chunks, shard if shard is not None and shard.checked
+                              else None)
+        finally:
+            self.shard_index_cache.discard(unit)  # (a stale entry would only cost a retry)
+
+    def _store_shard(self, unit: str, chunks: dict[int, bytes | memoryview],
+                     read: _ShardContents | None) -> None:
+        """Write the shard of ``chunks`` (delete it if none); if ``read``, only if the shard
+        is still at the version read, else UnitChangedError."""
+        assert self.layout is not None
+        if read is None:
+            if chunks:
+                self.kv.set_parts(unit, self.layout.shard_parts(chunks))
+            else:
+                self.kv.delete(unit)
+            return
+        value = b"".join(self.layout.shard_parts(chunks)) if chunks else None
+        try:
+            write_if(self.kv, unit, value, read.version)
+        except UnitChangedError:
+            self._replaced(unit)  # (another writer's shard: its cached chunks go)
+            raise
 
     def lock(self, unit: str) -> AbstractContextManager[None]:
-        return self.kv.lock(unit)
+        return self.kv.write_lock(unit)
 
 
 class _ShardContents(UnitContents):
-    """A shard as read under its lock: its inner chunks as stored, by linear number."""
+    """A shard as read under its lock: its inner chunks as stored, by linear number; if
+    ``checked`` (a conditional store), the shard's ``version`` (None: absent), which its
+    rewrite must still find."""
 
-    def __init__(self, store: ZarrChunkStore, parts: dict[int, memoryview]) -> None:
+    def __init__(self, store: ZarrChunkStore, parts: dict[int, memoryview],
+                 version: Hashable | None = None, checked: bool = False) -> None:
         super().__init__(store)
         self.store = store
         self.parts = parts
+        self.version, self.checked = version, checked
 
     def chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes | memoryview]:
         found = ((c, self.parts.get(self.store._linear(c))) for c in coords)
