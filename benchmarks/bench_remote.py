@@ -269,9 +269,9 @@ def bench_s3(args: argparse.Namespace, sizes: bv.Sizes) -> None:
             data = bv.TensorStore().read(bv.TensorStore().open(path), None)
             name = s3.upload(path)
             opens = {
-                "shardvol": lambda n: Volume(FsspecStore(f"s3://bench/{n}",
-                                                         endpoint_url=s3.proxy.url,
-                                                         skip_instance_cache=True)),
+                "shardvol": lambda n: _fresh(Volume(FsspecStore(f"s3://bench/{n}",
+                                                                endpoint_url=s3.proxy.url,
+                                                                skip_instance_cache=True))),
                 "TensorStore": lambda n: ts.open({"driver": "neuroglancer_precomputed",
                                                   "kvstore": _ts_s3(s3.proxy.url, n)},
                                                  read=True).result(),
@@ -326,6 +326,14 @@ def bench_s3(args: argparse.Namespace, sizes: bv.Sizes) -> None:
                   f"{best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
     finally:
         s3.close()
+
+
+def _fresh(vol: Volume) -> Volume:
+    """``vol`` without the chunks an earlier handle of it cached (the process's cache of a
+    volume outlives its handles): each run reads from S3."""
+    if vol.cache is not None:
+        vol.cache.clear()
+    return vol
 
 
 def _ts_s3(endpoint: str, path: str) -> dict:
