@@ -80,8 +80,9 @@ def test_overlapping_reads_at_once_ask_for_each_thing_once(served, cache_bytes):
         for b, g in zip(boxes, got):
             assert np.array_equal(g, data[b])
     one_after_another, at_once = counts
-    # (a read may miss an index another has just fetched but not yet cached: a few more)
-    assert at_once <= 1.15 * one_after_another
+    # (a read may miss an index another has just fetched but not yet cached, or one that
+    # another is reading with its whole shard file: a few more; without sharing, 1.5-1.8x)
+    assert at_once <= 1.4 * one_after_another
 
 
 def test_a_read_waiting_on_another_reads_chunks_fetches_them_itself_if_that_one_fails():

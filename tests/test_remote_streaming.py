@@ -205,3 +205,16 @@ def test_a_value_finished_while_it_is_parsed_gives_all_its_keys(volume):
     reader = ShardReader(Store(), SHARDING)
     got = dict(reader.iter_data_many(keys, whole={0: len(keys) * 4096}))
     assert {k: bytes(v) for k, v in got.items()} == truth
+
+
+def test_concurrent_reads_of_a_shard_read_whole_share_its_transfer(volume):
+    """Two full reads at once: the shard file is sent once, both read it as it arrives."""
+    root, data, _scale = volume
+    with FaultServer(str(root)) as server:
+        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        server.stats(reset=True)
+        server.set(slow=1.0, slow_seconds=0.5)
+        futures = [vol.read_async(...) for _ in range(2)]
+        for f in futures:
+            assert np.array_equal(f.result(), data)
+        assert server.stats()["GET"] == 1

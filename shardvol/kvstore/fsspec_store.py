@@ -61,12 +61,24 @@ _MAX_PUT = 5 << 30  # bytes of one S3 PUT at most (conditional writes are single
 
 
 class _Shared:
-    """A GET in flight and how many reads wait for its answer."""
+    """A GET in flight, how many reads wait for its answer, and, for a value streamed in
+    (see iter_get_arriving), the value and the reads to tell as its bytes arrive."""
 
-    __slots__ = ("task", "waiting")
+    __slots__ = ("listeners", "task", "value", "waiting")
 
-    def __init__(self, task: asyncio.Task) -> None:
-        self.task, self.waiting = task, 0
+    def __init__(self, value: Arriving | None = None) -> None:
+        self.task: asyncio.Future | None = None
+        self.waiting = 0
+        self.value = value
+        self.listeners: list[Callable[[], None]] = []
+
+    def arrived(self) -> None:
+        for listener in list(self.listeners):
+            listener()
+
+
+# what names a GET in flight: (path, range, ETag required, whether streamed)
+_Flight = tuple[str, "ByteRange | None", "str | None", bool]
 
 
 class FsspecStore(KVStore):
@@ -144,7 +156,7 @@ class FsspecStore(KVStore):
         self._async = bool(getattr(self.fs, "async_impl", False))
         # GETs in flight, by (path, range, ETag): an identical GET waits for the same answer
         # (concurrent reads of one shard ask for its index once); touched on the I/O loop only
-        self._in_flight: dict[tuple[str, ByteRange | None, str | None], _Shared] = {}
+        self._in_flight: dict[_Flight, _Shared] = {}
 
     def _run(self, what: str, coro: Callable[[], Awaitable[T]], call: Callable[[], T]) -> T:
         """One request, retried: ``coro()`` on the I/O loop for asynchronous filesystems,
@@ -256,8 +268,8 @@ class FsspecStore(KVStore):
             yield from super().iter_get_arriving(keys, window, sizes)
             return
         keys = [check_key(k) for k in keys]
-        values: list[Arriving | None] = [Arriving() for _ in keys]
-        ops = [self._arrive_one(k, cast(Arriving, v)) for k, v in zip(keys, values)]
+        values: list[Arriving | None] = [None] * len(keys)  # (set by each op as it starts)
+        ops = [self._arrive_one(k, partial(values.__setitem__, i)) for i, k in enumerate(keys)]
         events = _stream(self.fs.loop, ops, list(sizes or [None] * len(keys)), window)
         del ops  # (a value's bytes are kept only until the caller has taken it whole)
         for i, failed, final in events:
@@ -268,25 +280,32 @@ class FsspecStore(KVStore):
                 values[i] = None
 
     def _arrive_one(
-        self, key: str, value: Arriving
+        self, key: str, found: Callable[[Arriving], None]
     ) -> Callable[[Callable[[], None]], Awaitable[Exception | None]]:
         """The op of one streamed GET of a whole value, retried within the budgets (an
-        attempt after some bytes came in asks for the rest): None, or the exception
+        attempt after some bytes came in asks for the rest), shared with concurrent reads
+        of the same value (``found`` is given the value it fills): None, or the exception
         that failed it."""
         path, reads = self._path(key), self._reads
+        assert reads is not None
 
-        async def attempt(arrived: Callable[[], None]) -> None:
-            assert reads is not None
-            await reads.read_into(path, value, arrived)
-
-        async def fetch(arrived: Callable[[], None]) -> Exception | None:
+        async def fetch(shared: _Shared) -> Exception | None:
+            value = cast(Arriving, shared.value)
             try:
-                await self.requests.one(partial(attempt, arrived), _what(self.url, key, None))
+                await self.requests.one(partial(reads.read_into, path, value, shared.arrived),
+                                        _what(self.url, key, None))
                 return None
             except Exception as e:  # reported with the value (missing, 412, given up)
                 return e
 
-        return fetch
+        async def one(arrived: Callable[[], None]) -> Exception | None:
+            flight = (path, None, None, True)
+            shared = self._join(flight, fetch, Arriving())
+            found(cast(Arriving, shared.value))
+            result: Exception | None = await self._wait(flight, shared, arrived)
+            return result
+
+        return one
 
     def _iter_fetch(
         self, reqs: list[tuple[str, ByteRange | None]], versions: Mapping[str, Hashable | None],
@@ -334,36 +353,57 @@ class FsspecStore(KVStore):
             start, end = (None, None) if byte_range is None else byte_range
             return await self.fs._cat_file(path, start=start, end=end), None
 
-        async def fetch() -> tuple[Any, Any]:
+        async def fetch(_: _Shared) -> tuple[Any, Any]:
             try:
                 return await self.requests.one(attempt, _what(self.url, key, byte_range))
             except Exception as e:  # reported per request (missing, 412, 416, given up)
                 return e, None
 
         async def one() -> tuple[Any, Any]:
-            flight = (path, byte_range, etag)
-            shared = self._in_flight.get(flight)
-            if shared is None:
-                shared = self._in_flight[flight] = _Shared(asyncio.ensure_future(fetch()))
-
-                def landed(done: asyncio.Task) -> None:
-                    entry = self._in_flight.get(flight)
-                    if entry is not None and entry.task is done:  # (not one sent after a write)
-                        self._in_flight.pop(flight, None)
-
-                shared.task.add_done_callback(landed)
-            shared.waiting += 1
-            try:
-                # (shielded: one reader giving up does not cancel the others' answer)
-                return await asyncio.shield(shared.task)
-            finally:
-                shared.waiting -= 1
-                if not shared.waiting and not shared.task.done():
-                    shared.task.cancel()  # (every reader gave up: the request goes too)
-                    if self._in_flight.get(flight) is shared:
-                        self._in_flight.pop(flight, None)
+            flight = (path, byte_range, etag, False)
+            result: tuple[Any, Any] = await self._wait(flight, self._join(flight, fetch))
+            return result
 
         return one
+
+    def _join(self, flight: _Flight, fetch: Callable[[_Shared], Awaitable[Any]],
+              value: Arriving | None = None) -> _Shared:
+        """The GET ``flight`` names in flight: ``fetch``, sent now unless an identical GET
+        is in flight already (concurrent reads of a shard ask for its index once; a
+        streamed one shares its ``value``)."""
+        shared = self._in_flight.get(flight)
+        if shared is None:
+            shared = self._in_flight[flight] = _Shared(value)
+            task = shared.task = asyncio.ensure_future(fetch(shared))
+
+            def landed(done: asyncio.Future) -> None:
+                entry = self._in_flight.get(flight)
+                if entry is not None and entry.task is done:  # (not one sent after a write)
+                    self._in_flight.pop(flight, None)
+
+            task.add_done_callback(landed)
+        return shared
+
+    async def _wait(self, flight: _Flight, shared: _Shared,
+                    listener: Callable[[], None] | None = None) -> Any:
+        """The answer of a GET joined with the other reads waiting for it; ``listener()``
+        is called now and as more of a streamed value arrives."""
+        task = cast(asyncio.Future, shared.task)
+        if listener is not None:
+            shared.listeners.append(listener)
+            listener()  # (the bytes already in)
+        shared.waiting += 1
+        try:
+            # (shielded: one reader giving up does not cancel the others' answer)
+            return await asyncio.shield(task)
+        finally:
+            shared.waiting -= 1
+            if listener is not None:
+                shared.listeners.remove(listener)
+            if not shared.waiting and not task.done():
+                task.cancel()  # (every reader gave up: the request goes too)
+                if self._in_flight.get(flight) is shared:
+                    self._in_flight.pop(flight, None)
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:

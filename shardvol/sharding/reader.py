@@ -289,11 +289,11 @@ class ShardReader:
         try:
             for f, value in arriving:
                 fn = files[f]
-                if value.missing or finished[f]:
+                if value.missing or finished[f] or value.size is None:  # (none in yet)
                     continue
                 scan = scans[f]
                 if scan is None:
-                    scan = scans[f] = ShardScan(self.spec, fn, cast(int, value.size))
+                    scan = scans[f] = ShardScan(self.spec, fn, value.size)
                 done = value.done  # (before the view: the bytes may still be coming in)
                 data = value.view()
                 ids, minishards, starts, ends = scan.scan(data)
