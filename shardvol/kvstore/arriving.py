@@ -9,7 +9,6 @@ still on the network.  Stores that cannot stream deliver each value whole, in on
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Hashable
-from typing import cast
 
 import numpy as np
 
@@ -22,10 +21,11 @@ class Arriving:
     value.  A read interrupted midway resumes where it stopped, at the same version.
     Readers take ``done`` before ``view()``: the last bytes may come in between."""
 
-    __slots__ = ("buffer", "done", "have", "missing", "size", "version")
+    __slots__ = ("_array", "buffer", "done", "have", "missing", "size", "version")
 
     def __init__(self) -> None:
         self.buffer: bytes | memoryview = b""
+        self._array = np.zeros(0, np.uint8)  # (the buffer being filled, once started)
         self.have = 0
         self.size: int | None = None
         self.version: Hashable | None = None
@@ -35,13 +35,13 @@ class Arriving:
     def start(self, size: int, version: Hashable | None) -> None:
         """The value has ``size`` bytes at ``version``: a buffer of that size to fill (not
         zeroed first: each page is written once, as the bytes arrive)."""
-        self.buffer = np.empty(size, np.uint8).data
-        self.size, self.version = size, version
+        self._array = np.empty(size, np.uint8)
+        self.buffer, self.size, self.version = self._array.data, size, version
 
     def extend(self, piece: bytes | memoryview) -> None:
         """Append the next bytes (the caller checks they fit)."""
         end = self.have + len(piece)
-        cast(memoryview, self.buffer)[self.have : end] = piece
+        self._array[self.have : end] = np.frombuffer(piece, np.uint8)  # (GIL released)
         self.have = end
 
     def complete(self, value: bytes | memoryview | None, version: Hashable | None) -> None:
