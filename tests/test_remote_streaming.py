@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from shardvol import Volume
-from shardvol.errors import StoreError
+from shardvol.errors import ShardFormatError, StoreError
 from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.memory import MemoryStore
@@ -218,3 +218,16 @@ def test_concurrent_reads_of_a_shard_read_whole_share_its_transfer(volume):
         for f in futures:
             assert np.array_equal(f.result(), data)
         assert server.stats()["GET"] == 1
+
+
+def test_a_corrupt_chunk_of_a_shard_read_whole_is_an_error_naming_it(volume):
+    """A chunk whose gzip data is garbage stops the streamed read with an error that names
+    it (the decode threads' error reaches the caller; nothing hangs)."""
+    root, _data, scale = volume
+    path = root / "v" / scale / "0.shard"
+    whole = path.read_bytes()
+    path.write_bytes(whole[:200] + b"\xff" * 50 + whole[250:])  # (inside the first chunk)
+    with FaultServer(str(root)) as server:
+        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        with pytest.raises(ShardFormatError, match=r"0\.shard: corrupt gzip data"):
+            vol[...]

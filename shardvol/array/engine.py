@@ -21,11 +21,10 @@ unit replaced is one plain write.
 from __future__ import annotations
 
 import math
+import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Hashable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import EllipsisType
@@ -291,31 +290,42 @@ class ChunkedArray:
         versions: dict[ChunkCoord, Hashable | None] | None = None,
     ) -> None:
         """Remote stores: every chunk of the read requested at once (the store keeps many
-        requests in flight, apart from the decode threads), each decoded on a thread as
-        its bytes arrive, at most ``parallel`` at a time."""
+        requests in flight, apart from the decode threads), each decoded as its bytes
+        arrive by one of ``parallel`` threads, which take them from a short queue (this
+        thread stops taking chunks from the store while it is full)."""
         threads = self._threads()
-        pending: deque[Future[None]] = deque()
+        work: queue.Queue[ChunkRead | None] = queue.Queue(maxsize=2 * threads)
+        failed: list[BaseException] = []
 
-        def decode(item: ChunkRead) -> None:
-            coord, blob, name = item
-            if blob is not None:
-                blob = self.store.decode_stored(blob, name)
-            self._decode_part(by_coord[coord], blob, name, out, versions)
+        def decode_all() -> None:
+            while (item := work.get()) is not None:
+                if failed:
+                    continue  # (after an error: the rest is only drained)
+                coord, blob, name = item
+                try:
+                    if blob is not None:
+                        blob = self.store.decode_stored(blob, name)
+                    self._decode_part(by_coord[coord], blob, name, out, versions)
+                except BaseException as e:  # (raised in the caller's thread)
+                    failed.append(e)
 
+        workers = [submit(decode_all) for _ in range(threads)]
         stored = self.store.iter_stored(list(by_coord))
         try:
             for item in stored:
-                while len(pending) >= threads:
-                    pending.popleft().result()
-                pending.append(submit(decode, item))
-            while pending:
-                pending.popleft().result()
+                if failed:
+                    break
+                work.put(item)
         finally:
-            for f in pending:
-                f.cancel()
+            for _ in workers:
+                work.put(None)
+            for worker in workers:
+                worker.result()
             close = getattr(stored, "close", None)
             if close is not None:
                 close()  # (a generator: its requests still in flight are cancelled)
+        if failed:
+            raise failed[0]
 
     def _fetch_then_decode(
         self, by_coord: dict[ChunkCoord, ChunkPart], out: np.ndarray, threads: int,
