@@ -52,7 +52,8 @@ class Faults:
     faults of the next requests, in order, before any drawn one ("error", "reset",
     "lost", "short", "slow", "hang" or "ok").  ``ignore_range``: ranges are answered with the
     whole file (200), as some servers do; ``wrong_range``: with the bytes from one past
-    the start asked for (and a Content-Range that says so).
+    the start asked for (and a Content-Range that says so); ``ignore_if_match``: files are
+    served whatever version ``If-Match`` asks for.
     """
 
     latency: float = 0.0
@@ -68,6 +69,7 @@ class Faults:
     plan: list[str] = field(default_factory=list)
     ignore_range: bool = False
     wrong_range: bool = False
+    ignore_if_match: bool = False
     seed: int | None = None
 
 
@@ -220,7 +222,7 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
             st = os.fstat(f.fileno())
             size = st.st_size
             etag = _etag(st)
-            wanted = request.headers.get("If-Match")
+            wanted = None if state.faults.ignore_if_match else request.headers.get("If-Match")
             if wanted is not None and wanted.strip() not in ("*", etag):
                 return web.Response(status=412)
             headers = {"ETag": etag, "Accept-Ranges": "bytes",

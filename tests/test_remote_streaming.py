@@ -105,13 +105,16 @@ def test_a_server_that_ignores_the_range_of_a_resumed_read_still_gives_exact_dat
         assert server.stats()["fault short"] == 1
 
 
-def test_a_shard_replaced_between_two_attempts_is_read_again(volume):
-    """The resumed attempt finds another version (412): the chunks already given stay,
-    the others are read from the new file by ranges; every chunk is one version's."""
+@pytest.mark.parametrize("server_checks", [True, False])
+def test_a_shard_replaced_between_two_attempts_is_read_again(volume, server_checks):
+    """The resumed attempt finds another version (412, or a server that ignores If-Match
+    and Range sends the new file whole): the chunks already given stay, the others are
+    read from the new file by ranges; every chunk is one version's."""
     root, old, _scale = volume
     with FaultServer(str(root)) as server:
         vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
-        server.set(plan=["short", "error"], retry_after=1.0)
+        server.set(plan=["short", "error"], retry_after=1.0,
+                   ignore_if_match=not server_checks, ignore_range=not server_checks)
         new: list[np.ndarray] = []
 
         def replace() -> None:

@@ -141,15 +141,18 @@ class S3ConditionalObjects:
 
     async def read_into(self, path: str, value: Arriving, arrived: Callable[[], None]) -> None:
         """The whole object into ``value`` as its bytes arrive (see VersionedReads): an
-        attempt after some came in asks for the rest of the same version."""
+        attempt after a first answer requires its version, and asks only for the rest
+        once some bytes came in."""
         from botocore.exceptions import ClientError
 
         client = await self.fs.set_session()
         bucket, key, _ = self.fs.split_path(path)
         kwargs = dict(getattr(self.fs, "req_kw", {}), Bucket=bucket, Key=key)
         resume = value.have
+        if value.size is not None:  # (a later attempt: the same version, or 412)
+            kwargs["IfMatch"] = str(value.version)
         if resume:
-            kwargs["Range"], kwargs["IfMatch"] = f"bytes={resume}-", str(value.version)
+            kwargs["Range"] = f"bytes={resume}-"
         try:
             out = await client.get_object(**kwargs)
         except ClientError as e:

@@ -99,28 +99,37 @@ class HttpVersionedReads:
 
     async def read_into(self, url: str, value: Arriving, arrived: Callable[[], None]) -> None:
         """GET the whole of ``url`` into ``value``, calling ``arrived()`` as its bytes come
-        in.  An attempt after some came in asks for the rest (``Range``) of the same
-        version (``If-Match``; the client's 412 error is raised if it changed).  Values
-        sent without a strong ETag or a Content-Length, or content-encoded, are taken
-        whole (such an attempt starts from scratch); transient failures are raised."""
+        in.  Once a first answer has given the value's size and version, every later
+        attempt requires that version (``If-Match``; a 412 is raised if it changed, also
+        when the server ignores the condition but answers with another ETag or size) and,
+        after some bytes came in, asks only for the rest (``Range``).  Values sent without
+        a strong ETag or a Content-Length, or content-encoded, are taken whole (such an
+        attempt starts from scratch); transient failures are raised."""
         session = await self.fs.set_session()
         kwargs = dict(self.fs.kwargs)
         kwargs.setdefault("timeout", self.timeout)
         headers = dict(kwargs.pop("headers", None) or {})
-        resume = value.have
+        started, resume = value.size is not None, value.have
+        if started:
+            headers["If-Match"] = str(value.version)
         if resume:
-            headers["Range"], headers["If-Match"] = f"bytes={resume}-", str(value.version)
+            headers["Range"] = f"bytes={resume}-"
         async with session.get(self.fs.encode_url(url), headers=headers, **kwargs) as r:
             if r.status == 404:
                 value.complete(None, None)
                 return
             r.raise_for_status()  # 412: replaced since the first attempt
+            etag = strong_etag(r.headers.get("ETag"))
+            length = r.headers.get("Content-Length")
+            identity = r.headers.get("Content-Encoding", "identity").lower() == "identity"
             skip = 0
-            if not resume:
-                etag = strong_etag(r.headers.get("ETag"))
-                length = r.headers.get("Content-Length")
-                if etag is None or length is None or r.headers.get(
-                        "Content-Encoding", "identity") != "identity":
+            if started and (etag != value.version or not identity or (
+                    r.status == 200 and length != str(value.size))):
+                raise aiohttp.ClientResponseError(  # (the store's VersionChangedError)
+                    r.request_info, r.history, status=412,
+                    message=f"{url} changed between two attempts of its read")
+            if not started:
+                if etag is None or length is None or not identity:
                     value.complete(await r.read(), etag)
                     return
                 value.start(int(length), etag)
