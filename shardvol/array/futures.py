@@ -135,14 +135,28 @@ class _Array(Protocol):
 
 
 class AsyncMethods:
-    """``read_async``, ``aread``, ``write_async`` and ``prefetch`` for an array that reads
-    with ``self[key]``, writes with ``self[key] = value`` and may have a ``cache``.
+    """``read``, ``write``, ``read_async``, ``aread``, ``write_async`` and ``prefetch`` for
+    an array that reads with ``self[key]``, writes with ``self[key] = value`` and may have a
+    ``cache``.
 
     ``io_concurrency`` (each method): at most this many of the call's requests to a
     remote store in flight at once, on top of the store's and the process's limits and of
     any :func:`shardvol.io_limit` around the call (the smallest bounds); None adds no limit
     of its own.  Reads and writes of local files and ``memory://`` are not limited.
     """
+
+    def read(self: _Array, key: Any = ..., *, io_concurrency: int | None = None) -> np.ndarray:
+        """Same as ``self[key]``, with at most ``io_concurrency`` of the read's requests in
+        flight (see :func:`shardvol.io_limit`)."""
+        with limited(io_concurrency):
+            return self[key]
+
+    def write(self: _Array, key: Any, value: Any, *,
+              io_concurrency: int | None = None) -> None:
+        """Same as ``self[key] = value``, with at most ``io_concurrency`` of the write's
+        requests in flight."""
+        with limited(io_concurrency):
+            self[key] = value
 
     def read_async(self: _Array, key: Any = ..., *,
                    io_concurrency: int | None = None) -> Future[np.ndarray]:

@@ -34,7 +34,6 @@ from shardvol.array.values import cast_scalar
 from shardvol.compression import DEFAULT_LEVEL, check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.kvstore import KVStore, PrefixStore, open_store
-from shardvol.kvstore.remote import limited
 from shardvol.precomputed.codecs import get_codec
 from shardvol.precomputed.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
 from shardvol.precomputed.raw_files import RawFileReader
@@ -284,19 +283,6 @@ class Volume(AsyncMethods):
     def __setitem__(self, key: Any, value: Any) -> None:
         bounded = self._options["bounded"]
         self._array.write(self._selection(key, bounded), value, bounded=bounded)
-
-    def read(self, key: Any = ..., *, io_concurrency: int | None = None) -> np.ndarray:
-        """Same as ``vol[key]``, with at most ``io_concurrency`` of the read's requests in
-        flight (None: no limit of its own; see :class:`~shardvol.array.futures.AsyncMethods`
-        and :func:`shardvol.io_limit`)."""
-        with limited(io_concurrency):
-            return self[key]
-
-    def write(self, key: Any, value: Any, *, io_concurrency: int | None = None) -> None:
-        """Same as ``vol[key] = value``, with at most ``io_concurrency`` of the write's
-        requests in flight (None: no limit of its own)."""
-        with limited(io_concurrency):
-            self[key] = value
 
     # -------------------------------------------------------------------- dask
     def _dask_source(self, order: Literal["C", "F"] | None = None) -> Source:

@@ -31,7 +31,6 @@ from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import AxisSelection, normalize_selection
 from shardvol.errors import InvalidArgumentError, ReadOnlyStoreError, ShardvolError
 from shardvol.kvstore import KVStore, open_store
-from shardvol.kvstore.remote import limited
 from shardvol.zarr3.chunkstore import ZarrChunkStore
 from shardvol.zarr3.codecs import JSON, Codec
 from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata, ChunkKeyEncoding, create_metadata
@@ -199,19 +198,6 @@ class ZarrArray(AsyncMethods):
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         data = self[...]
         return data if dtype is None else data.astype(dtype, copy=False)
-
-    def read(self, key: Any = ..., *, io_concurrency: int | None = None) -> np.ndarray:
-        """Same as ``arr[key]``, with at most ``io_concurrency`` of the read's requests in
-        flight (None: no limit of its own; see :class:`~shardvol.array.futures.AsyncMethods`
-        and :func:`shardvol.io_limit`)."""
-        with limited(io_concurrency):
-            return self[key]
-
-    def write(self, key: Any, value: Any, *, io_concurrency: int | None = None) -> None:
-        """Same as ``arr[key] = value``, with at most ``io_concurrency`` of the write's
-        requests in flight (None: no limit of its own)."""
-        with limited(io_concurrency):
-            self[key] = value
 
     # -------------------------------------------------------------------- dask
     def _dask_source(self, order: Literal["C", "F"] | None = None) -> Source:

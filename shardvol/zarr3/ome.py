@@ -34,7 +34,6 @@ from shardvol.errors import (
     ReadOnlyStoreError,
 )
 from shardvol.kvstore import KVStore, PrefixStore, open_store
-from shardvol.kvstore.remote import limited
 from shardvol.zarr3.array import ZarrArray, delete_chunks
 from shardvol.zarr3.chunkstore import ZarrChunkStore
 from shardvol.zarr3.codecs import JSON, Codec
@@ -281,19 +280,6 @@ class OmeZarrImage(AsyncMethods):
             for a, s in zip(self._ms.axes, sel) if not s.drop
         ]  # fmt: skip
         return [roles.index(d) for d in range(4) if d in roles]
-
-    def read(self, key: Any = ..., *, io_concurrency: int | None = None) -> np.ndarray:
-        """Same as ``img[key]``, with at most ``io_concurrency`` of the read's requests in
-        flight (None: no limit of its own; see :class:`~shardvol.array.futures.AsyncMethods`
-        and :func:`shardvol.io_limit`)."""
-        with limited(io_concurrency):
-            return self[key]
-
-    def write(self, key: Any, value: Any, *, io_concurrency: int | None = None) -> None:
-        """Same as ``img[key] = value``, with at most ``io_concurrency`` of the write's
-        requests in flight (None: no limit of its own)."""
-        with limited(io_concurrency):
-            self[key] = value
 
 
 # --------------------------------------------------------------------------- creation
