@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 from shardvol.array.grid import ChunkCoord
+from shardvol.kvstore.base import KVStore
 from shardvol.kvstore.cas import redo_on_conflict
 
 T = TypeVar("T")
@@ -219,3 +220,22 @@ class ChunkStore(ABC, Generic[Unit]):
         """Whether each chunk is stored (default: by reading it)."""
         present = self.read_chunks(coords)
         return {c: c in present for c in coords}
+
+
+class KVChunkStore(ChunkStore[Unit]):
+    """A chunk store whose units are values of one key-value store, ``self.kv``: it is
+    remote, conditional and as patient with conflicts as that store."""
+
+    kv: KVStore
+
+    @property
+    def remote(self) -> bool:
+        return not self.kv.local
+
+    @property
+    def conditional(self) -> bool:
+        return self.kv.conditional_writes
+
+    @property
+    def conflict_timeout(self) -> float | None:
+        return self.kv.conflict_timeout

@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from shardvol._ext.morton import compressed_morton_code, decode_morton_code
-from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, ChunkStore, UnitContents
+from shardvol.array.chunkstore import Blob, ChunkCoord, ChunkRead, KVChunkStore, UnitContents
 from shardvol.array.grid import ChunkGrid
 from shardvol.compression import DEFAULT_LEVEL
 from shardvol.errors import InvalidArgumentError, UnitChangedError
@@ -33,7 +33,7 @@ _ENUMERATE_LIMIT = 1 << 22  # grids up to this many chunks are enumerated to map
 _ENUMERATE_BLOCK = 1 << 18
 
 
-class ShardedChunkStore(ChunkStore[int]):
+class ShardedChunkStore(KVChunkStore[int]):
     """Chunks of one scale in ``neuroglancer_uint64_sharded_v1`` shard files."""
 
     def __init__(
@@ -54,18 +54,6 @@ class ShardedChunkStore(ChunkStore[int]):
         self.level = level
         self.grid_size = grid.grid_shape[:3]
         self.reader = ShardReader(store, spec, max_value_size=max_chunk_bytes)
-
-    @property
-    def remote(self) -> bool:
-        return not self.kv.local
-
-    @property
-    def conditional(self) -> bool:
-        return self.kv.conditional_writes
-
-    @property
-    def conflict_timeout(self) -> float | None:
-        return self.kv.conflict_timeout
 
     def describe_unit(self, unit: int) -> str:
         return f"shard {self.kv.url}/{self.spec.shard_filename(unit)}"

@@ -15,7 +15,7 @@ from shardvol.array.chunkstore import (
     ChunkCoord,
     ChunkFileContents,
     ChunkRead,
-    ChunkStore,
+    KVChunkStore,
     UnitContents,
 )
 from shardvol.array.grid import ChunkGrid
@@ -33,7 +33,7 @@ def chunk_key(grid: ChunkGrid, coord: ChunkCoord) -> str:
     return "_".join(f"{start[d]}-{start[d] + extent[d]}" for d in range(3))
 
 
-class UnshardedChunkStore(ChunkStore[ChunkCoord]):
+class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
     """One file per chunk, named by its voxel bounds; ``<name>.gz`` (CloudVolume) is read too."""
 
     def __init__(
@@ -47,18 +47,6 @@ class UnshardedChunkStore(ChunkStore[ChunkCoord]):
         self.grid = grid
         self.max_chunk_bytes = max_chunk_bytes
         self.chunk_nbytes = chunk_nbytes
-
-    @property
-    def remote(self) -> bool:
-        return not self.kv.local
-
-    @property
-    def conditional(self) -> bool:
-        return self.kv.conditional_writes
-
-    @property
-    def conflict_timeout(self) -> float | None:
-        return self.kv.conflict_timeout
 
     def describe_unit(self, unit: ChunkCoord) -> str:
         return self.describe(unit)

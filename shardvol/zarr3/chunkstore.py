@@ -26,7 +26,7 @@ from shardvol.array.chunkstore import (
     ChunkCoord,
     ChunkFileContents,
     ChunkRead,
-    ChunkStore,
+    KVChunkStore,
     UnitContents,
 )
 from shardvol.errors import (
@@ -65,7 +65,7 @@ WHOLE_SHARD_BYTES = 256 << 20
 _UNIT_KEYS_CACHED = 4096
 
 
-class ZarrChunkStore(ChunkStore[str]):
+class ZarrChunkStore(KVChunkStore[str]):
     """Encoded (inner) chunks of one Zarr v3 array in ``store`` (the array's directory)."""
 
     def __init__(
@@ -94,18 +94,6 @@ class ZarrChunkStore(ChunkStore[str]):
             if self.layout
             else 0
         )
-
-    @property
-    def remote(self) -> bool:
-        return not self.kv.local
-
-    @property
-    def conditional(self) -> bool:
-        return self.kv.conditional_writes
-
-    @property
-    def conflict_timeout(self) -> float | None:
-        return self.kv.conflict_timeout
 
     def describe_unit(self, unit: str) -> str:
         return f"{'shard' if self.layout else 'chunk'} {self.kv.url}/{unit}"
