@@ -22,7 +22,7 @@ from shardvol.kvstore.lease import lease_path
 
 from .fault_server import FaultServer
 from .oracles import ts_create
-from .s3_server import new_bucket, s3_server
+from .s3_server import new_bucket
 
 VALUE = bytes(range(256)) * 400  # 102,400 bytes
 
@@ -122,12 +122,6 @@ def test_a_volume_reads_exactly_through_faults(tmp_path):
             box = tuple(slice(a, a + 17) for a in lo)
             assert np.array_equal(vol[box], data[box])
         assert server.stats()["fault error"] > 0
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from shardvol.sharding import ShardReader
 
 from .fault_server import FaultServer
 from .oracles import ts_create, ts_open
-from .s3_server import new_bucket, s3_server
+from .s3_server import new_bucket
 
 SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
             "minishard_bits": 3, "shard_bits": 0, "minishard_index_encoding": "gzip",
@@ -146,12 +146,6 @@ def test_a_resumed_read_answered_with_other_bytes_is_a_store_error(volume):
         server.set(plan=["short"], wrong_range=True)
         with pytest.raises(StoreError, match=r"0\.shard: asked for bytes \d+- of \d+"):
             vol[...]
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server() as endpoint:
-        yield endpoint
 
 
 def test_an_s3_shard_read_cut_short_resumes_where_it_stopped(s3, tmp_path):

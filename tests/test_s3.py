@@ -20,15 +20,9 @@ from shardvol.errors import LockLostError, LockTimeoutError, StoreError, Version
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.lease import acquire, lease_path
 
-from .s3_server import new_bucket, public_http_url, s3_server
+from .s3_server import new_bucket, public_http_url
 from .stores import race_zarr3_shard_rewrite
 from .test_kvstore import StoreContract
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture

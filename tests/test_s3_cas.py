@@ -22,7 +22,7 @@ from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.lease import LEASE_PREFIX
 
 from .fault_server import FaultServer
-from .s3_server import new_bucket, s3_server
+from .s3_server import new_bucket
 from .stores import AnotherProcess, rewrite_after_index_read
 
 SHAPE = (32, 32, 16)
@@ -34,12 +34,6 @@ KINDS = ["precomputed unsharded", "precomputed sharded", "zarr3 unsharded", "zar
 A = (slice(0, 8), slice(0, 4), slice(0, 16))  # disjoint boxes, each a part of one chunk
 B = (slice(8, 16), slice(4, 12), slice(2, 10))
 C = (slice(20, 30), slice(18, 31), slice(0, 16))
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture

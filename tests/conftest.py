@@ -1,0 +1,14 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+import pytest
+
+from .s3_server import s3_server
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """moto's S3 server for the module's tests (its endpoint URL; see s3_server)."""
+    with s3_server() as endpoint:
+        yield endpoint
