@@ -300,7 +300,7 @@ class FsspecStore(KVStore):
 
         async def one(arrived: Callable[[], None]) -> Exception | None:
             flight = (path, None, None, True)
-            shared = self._join(flight, fetch, Arriving())
+            shared = self._join(flight, fetch)
             found(cast(Arriving, shared.value))
             result: Exception | None = await self._wait(flight, shared, arrived)
             return result
@@ -366,14 +366,14 @@ class FsspecStore(KVStore):
 
         return one
 
-    def _join(self, flight: _Flight, fetch: Callable[[_Shared], Awaitable[Any]],
-              value: Arriving | None = None) -> _Shared:
+    def _join(self, flight: _Flight, fetch: Callable[[_Shared], Awaitable[Any]]) -> _Shared:
         """The GET ``flight`` names in flight: ``fetch``, sent now unless an identical GET
         is in flight already (concurrent reads of a shard ask for its index once; a
-        streamed one shares its ``value``)."""
+        streamed one shares the value it fills)."""
         shared = self._in_flight.get(flight)
         if shared is None:
-            shared = self._in_flight[flight] = _Shared(value)
+            streamed = flight[3]
+            shared = self._in_flight[flight] = _Shared(Arriving() if streamed else None)
             task = shared.task = asyncio.ensure_future(fetch(shared))
 
             def landed(done: asyncio.Future) -> None:

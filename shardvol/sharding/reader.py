@@ -255,10 +255,7 @@ class ShardReader:
                 loc = self._locate(pending, reading=True)
                 for i, blob in self._iter_read_data(loc, group_bytes=self.max_read):
                     if gzip:
-                        blob = gzip_decompress(
-                            blob, _value_name(loc, i), ShardFormatError,
-                            max_size=self.max_value_size,
-                        )
+                        blob = self.decode_value(blob, _value_name(loc, i))
                     done.append(int(loc.keys[i]))
                     yield done[-1], blob
                 return
@@ -302,9 +299,8 @@ class ShardReader:
                                       starts[mine].tolist(), ends[mine].tolist()):
                     stored: bytes | memoryview = data[a:b]
                     if gzip:
-                        stored = gzip_decompress(
-                            stored, f"{fn}: minishard {m}: data of key {k}", ShardFormatError,
-                            max_size=self.max_value_size)
+                        stored = self.decode_value(
+                            stored, f"{fn}: minishard {m}: data of key {k}")
                     given[f].append(k)
                     yield k, stored
                 if done:
