@@ -47,6 +47,7 @@ from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_pat
 from shardvol.kvstore.remote import Requests, exiting, run_on, start_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
+from shardvol.kvstore.s3_multipart import check_part_size
 from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ READ_ONLY_PROTOCOLS = {"http", "https"}
 # what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)
 _VERSION_FIELDS = ("ETag", "generation", "etag", "mtime", "LastModified", "last_modified")
 S3_PROTOCOLS = {"s3", "s3a"}
-_MAX_PUT = 5 << 30  # bytes of one S3 PUT at most (conditional writes are single PUTs)
+_MAX_PUT = 5 << 30  # bytes of one S3 PUT at most (conditional replacements are one PUT)
 
 
 class _Shared:
@@ -102,13 +103,20 @@ class FsspecStore(KVStore):
     store's requests in flight at most, within the process's budget; a call's own limit
     (:func:`shardvol.io_limit`, or the ``io_concurrency`` keyword of a read or write) may
     lower it for that call (see :mod:`shardvol.kvstore.remote`).
+
+    S3 writes of ``multipart_threshold`` bytes or more (default 64 MiB) are multipart
+    uploads of ``part_size`` parts (default 16 MiB), sent concurrently within the same
+    budgets (see :mod:`shardvol.kvstore.s3_multipart`); so are conditional creates, while a
+    conditional replacement stays one PUT (up to 5 GiB).
     """
 
     def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
                  check_versions: bool = False, versioned_reads: bool = True,
                  retries: int = 10, timeout: float | None = 120.0, stall: float = 30.0,
-                 io_concurrency: int | None = None, **storage_options) -> None:
+                 io_concurrency: int | None = None, part_size: int = 16 << 20,
+                 multipart_threshold: int = 64 << 20, **storage_options) -> None:
         policy = RetryPolicy(retries, timeout, stall=stall)
+        self.part_size, self.multipart_threshold = check_part_size(part_size, multipart_threshold)
         self.requests = Requests(policy, io_concurrency)
         if url_scheme(url) in S3_PROTOCOLS and "config_kwargs" not in storage_options:
             # retried here, with this store's policy, not also by botocore; and as many
@@ -455,6 +463,9 @@ class FsspecStore(KVStore):
         self._check_lease(key)
         path, data = self._path(key), bytes(value)
         try:
+            if self._multipart(key, data):
+                self._upload(path, data)
+                return
             self._run(f"PUT {self.url}/{key}",
                       self._leased(key, lambda: self.fs._pipe_file(path, data)),
                       lambda: self.fs.pipe_file(path, data))
@@ -465,18 +476,38 @@ class FsspecStore(KVStore):
         finally:
             self._forget_in_flight(path)
 
+    def _multipart(self, key: str, data: bytes) -> bool:
+        """Whether ``data`` goes to S3 as a multipart upload (values written under a
+        lease, small metadata, stay one PUT checked against the lease)."""
+        return (self._objects is not None and len(data) >= self.multipart_threshold
+                and key not in self._leases)
+
+    def _upload(self, path: str, data: bytes, if_none_match: bool = False) -> str | None:
+        from shardvol.kvstore.s3_multipart import upload
+
+        try:
+            return run_on(self.fs.loop, upload(self.fs, self.requests, path, data,
+                                               self.part_size, if_none_match))
+        except StoreError:
+            raise
+        except Exception as e:  # botocore's: access denied, no such bucket, ...
+            raise StoreError(f"cannot upload {path} in parts: {e}") from e
+
     def set_if(self, key: str, value: bytes | memoryview, version: Hashable | None) -> bool:
-        """One PUT with ``If-Match: <version>`` (``If-None-Match: *`` for None), retried on
-        transient failures; a failed condition is False (also 404: the object went)."""
+        """One PUT with ``If-Match: <version>`` (``If-None-Match: *`` for None: a multipart
+        upload from ``multipart_threshold`` bytes), retried on transient failures; a failed
+        condition is False (also 404: the object went)."""
         self._require_writable(key)
         cas = self._conditional(key)
         path, data = self._path(key), bytes(value)
-        if len(data) > _MAX_PUT:
-            raise StoreError(f"cannot write {key!r} to {self.url} conditionally: "
-                             f"{len(data):,} bytes is more than one PUT takes")
         try:
             if version is None:
+                if self._multipart(key, data):
+                    return self._upload(path, data, if_none_match=True) is not None
                 return cas.create(path, data) is not None
+            if len(data) > _MAX_PUT:
+                raise StoreError(f"cannot replace {key!r} in {self.url} conditionally: "
+                                 f"{len(data):,} bytes is more than one PUT takes")
             return cas.replace(path, data, str(version)) is not None
         finally:
             self._forget_in_flight(path)
