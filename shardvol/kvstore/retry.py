@@ -203,16 +203,8 @@ async def retry_async(
             except StoreError:
                 raise
             except Exception as e:
-                if not transient(e):
-                    raise
-                last, after = describe(e), retry_after(e)
-                if attempt >= policy.retries:
-                    raise _gave_up(what, attempt + 1, start, last) from e
-        wait = policy.wait(attempt, after)
-        if deadline is not None and time.monotonic() + wait >= deadline:
-            raise _gave_up(what, attempt + 1, start, last,
-                           f"(the next wait, {wait:.2f} s, passes the deadline)")
-        await asyncio.sleep(wait)
+                last, after = _failed(e, policy, what, attempt, start)
+        await asyncio.sleep(_next_wait(policy, attempt, after, deadline, what, start, last))
         attempt += 1
 
 
@@ -220,21 +212,38 @@ def retry_sync(op: Callable[[], T], policy: RetryPolicy, what: str) -> T:
     """:func:`retry_async` for blocking operations (a deadline cannot cut one short: it
     ends the retries)."""
     start = time.monotonic()
+    deadline = None if policy.timeout is None else start + policy.timeout
     attempt = 0
     while True:
         try:
             return op()
         except Exception as e:
-            if not transient(e):
-                raise
-            last, after = describe(e), retry_after(e)
-            if attempt >= policy.retries:
-                raise _gave_up(what, attempt + 1, start, last) from e
-        wait = policy.wait(attempt, after)
-        if policy.timeout is not None and time.monotonic() + wait - start >= policy.timeout:
-            raise _gave_up(what, attempt + 1, start, last, f"(deadline {policy.timeout:g} s)")
-        time.sleep(wait)
+            last, after = _failed(e, policy, what, attempt, start)
+        time.sleep(_next_wait(policy, attempt, after, deadline, what, start, last))
         attempt += 1
+
+
+def _failed(error: Exception, policy: RetryPolicy, what: str, attempt: int,
+            start: float) -> tuple[str, float | None]:
+    """After attempt ``attempt`` (from 0) failed with ``error``: its description and the
+    server's ``Retry-After``; raises ``error`` if it is not transient, and the final error
+    if no attempt is left."""
+    if not transient(error):
+        raise error
+    last = describe(error)
+    if attempt >= policy.retries:
+        raise _gave_up(what, attempt + 1, start, last) from error
+    return last, retry_after(error)
+
+
+def _next_wait(policy: RetryPolicy, attempt: int, after: float | None, deadline: float | None,
+               what: str, start: float, last: str) -> float:
+    """The pause before the next attempt; the final error if it would pass the deadline."""
+    wait = policy.wait(attempt, after)
+    if deadline is not None and time.monotonic() + wait >= deadline:
+        raise _gave_up(what, attempt + 1, start, last,
+                       f"(the next wait, {wait:.2f} s, passes the deadline)")
+    return wait
 
 
 def _gave_up(what: str, attempts: int, start: float, last: str, extra: str = "",
