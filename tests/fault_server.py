@@ -34,6 +34,8 @@ from typing import Any
 from aiohttp import ClientSession, ClientTimeout, web
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+_S3_CODES = {400: "InvalidRequest", 403: "AccessDenied", 409: "ConditionalRequestConflict",
+             412: "PreconditionFailed", 500: "InternalError", 503: "SlowDown"}
 CONTROL = "/_"  # paths of the control endpoints start with this
 
 
@@ -47,13 +49,14 @@ class Faults:
     connection is dropped before any answer), ``lost`` (the request is carried out, by
     the upstream server too, then the connection is dropped before the answer),
     ``short`` (headers with the full Content-Length, half the body, then the connection
-    is dropped), ``slow`` (the body
-    trickles out over ``slow_seconds``), ``hang`` (no answer for an hour).  ``plan``: the
-    faults of the next requests, in order, before any drawn one ("error", "reset",
-    "lost", "short", "slow", "hang" or "ok").  ``ignore_range``: ranges are answered with the
-    whole file (200), as some servers do; ``wrong_range``: with the bytes from one past
-    the start asked for (and a Content-Range that says so); ``ignore_if_match``: files are
-    served whatever version ``If-Match`` asks for.
+    is dropped), ``slow`` (the body trickles out over ``slow_seconds``), ``hang`` (no
+    answer for an hour).  In front of an upstream (S3) server, errors come as S3's XML
+    (``<Code>SlowDown</Code>`` for 503, ...).  ``plan``: the faults of the next requests,
+    in the order the server has read them, before any drawn one ("error", "error <status>",
+    "reset", "lost", "short", "slow", "hang" or "ok").  ``ignore_range``: ranges are
+    answered with the whole file (200), as some servers do; ``wrong_range``: with the bytes
+    from one past the start asked for (and a Content-Range that says so);
+    ``ignore_if_match``: files are served whatever version ``If-Match`` asks for.
     """
 
     latency: float = 0.0
@@ -217,12 +220,17 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
             assert request.transport is not None
             request.transport.abort()
             return web.Response()
-        if fault == "error":
+        if fault.startswith("error"):
             headers = {}
             if state.faults.retry_after is not None:
                 headers["Retry-After"] = f"{state.faults.retry_after:g}"
-            return web.Response(status=state.faults.error_status, headers=headers,
-                                text="SlowDown")
+            status = int(fault.split()[1]) if " " in fault else state.faults.error_status
+            if upstream is None:
+                return web.Response(status=status, headers=headers, text="SlowDown")
+            code = _S3_CODES.get(status, "InternalError")  # (as S3 words its errors)
+            return web.Response(status=status, headers=headers, content_type="application/xml",
+                                text=f"<Error><Code>{code}</Code><Message>injected</Message>"
+                                     "</Error>")
         if upstream is not None:
             return await forward(request, body_in, fault)
         return await serve_file(request, fault)

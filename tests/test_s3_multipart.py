@@ -6,6 +6,7 @@ creates, and no upload left behind when one fails.  Oracles: boto3's view of the
 from __future__ import annotations
 
 import hashlib
+import time
 
 import numpy as np
 import pytest
@@ -51,6 +52,14 @@ def _md5_etag(data: bytes, part: int) -> str:
 
 def _uploads_left(s3, bucket: str) -> list:
     return _client(s3).list_multipart_uploads(Bucket=bucket[5:]).get("Uploads", [])
+
+
+def _uploads_holding_parts(s3, bucket: str) -> list:
+    """The open uploads with parts (a create sent again after its answer was lost leaves
+    one without parts, which S3 cannot tell from another writer's)."""
+    client = _client(s3)
+    return [u for u in _uploads_left(s3, bucket) if client.list_parts(
+        Bucket=bucket[5:], Key=u["Key"], UploadId=u["UploadId"]).get("Parts")]
 
 
 def test_a_large_value_goes_up_in_parts_at_once(s3, proxy):
@@ -110,21 +119,69 @@ def test_uploads_in_parts_through_faults_are_exact(s3, proxy):
         assert store.get(key) == value
     assert store.get("new") == values["k0"]
     assert sum(v for k, v in stats.items() if k.startswith("fault ") and k != "fault ok") > 0
-    assert _uploads_left(s3, bucket) == []
+    assert _uploads_holding_parts(s3, bucket) == []
 
 
 def test_a_lost_completion_is_the_uploads_own(s3, proxy):
-    """The completion reaches S3 but its answer is lost: the repeat is not a conflict with
-    the object it created itself."""
+    """The completion reaches S3 but its answer is lost; the repeat is refused (412, as S3
+    may answer a create whose object now exists) and the HEAD that follows meets a 503:
+    the HEAD is retried, and the object's ETag (S3's, from the parts) shows the upload
+    made it, so the create succeeded rather than met another writer's object."""
     bucket = new_bucket()
     store = _store(proxy, bucket)
     data = _data(7 << 20, 5)
-    proxy.set(plan=["ok", "ok", "ok", "lost"])  # create, two parts, complete
+    # create, two parts, the completion, its repeat, the HEAD
+    proxy.set(plan=["ok", "ok", "ok", "lost", "error 412", "error 503"])
     assert store.set_if("k", data, None)
+    stats = proxy.stats()
+    assert (stats["fault lost"], stats["fault error 412"], stats["fault error 503"]) == (1, 1, 1)
     assert store.get("k") == data
-    assert proxy.stats()["fault lost"] == 1
     assert _client(s3).head_object(Bucket=bucket[5:], Key="root/k")["ETag"] == _md5_etag(
         data, PART)
+
+
+def test_a_create_of_the_same_bytes_is_done_and_leaves_no_upload(s3, proxy):
+    """A create that finds the object holding exactly its bytes has done its work (as a
+    single-PUT create); its own upload is aborted all the same."""
+    bucket = new_bucket()
+    store = _store(proxy, bucket)
+    data = _data(7 << 20, 8)
+    assert store.set_if("k", data, None)
+    assert store.set_if("k", data, None)
+    assert _uploads_left(s3, bucket) == []
+
+
+def test_the_filesystems_request_options_apply_to_the_parts(s3, proxy):
+    """s3fs's ``s3_additional_kwargs`` (encryption, metadata) reach the upload, and the
+    listing s3fs cached before the write knows the new object."""
+    bucket = new_bucket()
+    store = _store(proxy, bucket, s3_additional_kwargs={
+        "ServerSideEncryption": "AES256", "Metadata": {"owner": "shardvol-test"}})
+    store.set("a", b"small")
+    assert store.list() == ["a"]
+    assert store.size("big") is None
+    store.set("big", _data(6 << 20, 9))
+    head = _client(s3).head_object(Bucket=bucket[5:], Key="root/big")
+    assert head["ETag"].endswith('-2"')
+    assert head["ServerSideEncryption"] == "AES256"
+    assert head["Metadata"] == {"owner": "shardvol-test"}
+    assert store.list() == ["a", "big"]
+    assert store.size("big") == 6 << 20
+
+
+def test_a_failed_part_stops_the_others(s3, proxy):
+    """One part refused for good while the other two hang: the hanging requests are
+    cancelled at once (not waited for until they stall), and the upload is aborted."""
+    bucket = new_bucket()
+    store = _store(proxy, bucket, stall=20)
+    # (the server takes a plan entry once it has read a request: so the failing part is the
+    # last of the three to arrive, and the abort after them finds the plan done)
+    proxy.set(plan=["ok", "hang", "hang", "error 400"])
+    start = time.monotonic()
+    with pytest.raises(StoreError, match="root/big"):
+        store.set("big", _data(11 << 20, 10))
+    assert time.monotonic() - start < 10
+    assert _uploads_left(s3, bucket) == []
 
 
 def test_a_part_that_fails_aborts_the_upload(s3, proxy):
@@ -132,7 +189,7 @@ def test_a_part_that_fails_aborts_the_upload(s3, proxy):
     the object, and nothing of it is left in the bucket (no object, no upload)."""
     bucket = new_bucket()
     store = _store(proxy, bucket)
-    proxy.set(plan=["ok", "error"], error_status=400)  # the create passes, a part fails
+    proxy.set(plan=["ok", "error 400"])  # the create passes, a part fails
     with pytest.raises(StoreError, match="root/big"):
         store.set("big", _data(11 << 20, 6))
     assert store.get("big") is None

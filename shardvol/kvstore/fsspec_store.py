@@ -492,6 +492,8 @@ class FsspecStore(KVStore):
             raise
         except Exception as e:  # botocore's: access denied, no such bucket, ...
             raise StoreError(f"cannot upload {path} in parts: {e}") from e
+        finally:
+            self.fs.invalidate_cache(path)  # (s3fs's listings, as its own writes do)
 
     def set_if(self, key: str, value: bytes | memoryview, version: Hashable | None) -> bool:
         """One PUT with ``If-Match: <version>`` (``If-None-Match: *`` for None: a multipart
