@@ -98,3 +98,14 @@ def test_gcs_through_faults(gcs, tmp_path):
         assert np.array_equal(Volume(_store(bucket + "/f"))[...], data)
         faults = {k: v for k, v in proxy.stats().items() if k.startswith("fault ")}
         assert sum(v for k, v in faults.items() if k != "fault ok") > 0, faults
+
+
+
+# (aiohttp's advice to gcsfs, which hands it the bytes of a chunk)
+@pytest.mark.filterwarnings("ignore:Sending a large body:ResourceWarning")
+def test_a_large_value_goes_up_whole(bucket):
+    """60 MiB to gs (gcsfs's resumable upload, in chunks of 50 MiB; shardvol's multipart
+    uploads are S3's), read back exact."""
+    data = np.random.default_rng(11).integers(0, 256, 60 << 20, dtype=np.uint8).tobytes()
+    _store(bucket + "/big").set("v", data)
+    assert _store(bucket + "/big").get("v") == data
