@@ -152,8 +152,9 @@ def test_a_create_of_the_same_bytes_is_done_and_leaves_no_upload(s3, proxy):
 
 
 def test_the_filesystems_request_options_apply_to_the_parts(s3, proxy):
-    """s3fs's ``s3_additional_kwargs`` (encryption, metadata) reach the upload, and the
-    listing s3fs cached before the write knows the new object."""
+    """s3fs's ``s3_additional_kwargs`` (encryption, metadata) reach the upload and the
+    single-PUT conditional writes, and the listing s3fs cached before the write knows the
+    new object."""
     bucket = new_bucket()
     store = _store(proxy, bucket, s3_additional_kwargs={
         "ServerSideEncryption": "AES256", "Metadata": {"owner": "shardvol-test"}})
@@ -167,6 +168,11 @@ def test_the_filesystems_request_options_apply_to_the_parts(s3, proxy):
     assert head["Metadata"] == {"owner": "shardvol-test"}
     assert store.list() == ["a", "big"]
     assert store.size("big") == 6 << 20
+    assert store.set_if("small", b"one PUT", None)  # (a conditional write of one PUT too)
+    head = _client(s3).head_object(Bucket=bucket[5:], Key="root/small")
+    assert head["ServerSideEncryption"] == "AES256"
+    assert head["Metadata"] == {"owner": "shardvol-test"}
+    assert store.get_versioned("small")[0] == b"one PUT"
 
 
 def test_a_failed_part_stops_the_others(s3, proxy):

@@ -20,7 +20,7 @@ import contextlib
 import queue
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import fsspec
 
@@ -47,11 +47,9 @@ from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_pat
 from shardvol.kvstore.remote import Requests, exiting, run_on, start_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
-from shardvol.kvstore.s3_multipart import check_part_size
+from shardvol.kvstore.s3_conditional import S3ConditionalObjects
+from shardvol.kvstore.s3_multipart import check_part_size, upload
 from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
-
-if TYPE_CHECKING:
-    from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 
 T = TypeVar("T")
 READ_ONLY_PROTOCOLS = {"http", "https"}
@@ -143,8 +141,6 @@ class FsspecStore(KVStore):
         # reads that return versions and may require one: (url, range, ETag) -> (value, ETag)
         self._reads: VersionedReads | None = None
         if protocols & S3_PROTOCOLS:
-            from shardvol.kvstore.s3_conditional import S3ConditionalObjects
-
             self.fs.retries = 1  # (s3fs's own retry loop of its calls)
             # lease requests outside the process's budget: a renewal must not wait behind
             # bulk reads (its holder would lose the lease)
@@ -483,8 +479,6 @@ class FsspecStore(KVStore):
                 and key not in self._leases)
 
     def _upload(self, path: str, data: bytes, if_none_match: bool = False) -> str | None:
-        from shardvol.kvstore.s3_multipart import upload
-
         try:
             return run_on(self.fs.loop, upload(self.fs, self.requests, path, data,
                                                self.part_size, if_none_match))

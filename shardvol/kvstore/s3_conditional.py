@@ -10,7 +10,7 @@ do MinIO and moto; a store that ignores the conditions would make the lease unsa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.arriving import Arriving, fill
@@ -55,12 +55,12 @@ class S3ConditionalObjects:
 
         bucket, key, _ = self.fs.split_path(path)
         outcome = _Outcome()
-        kwargs = dict(getattr(self.fs, "req_kw", {}), **kwargs)
 
         async def attempt() -> dict:
             outcome.attempts += 1
             client = await self.fs.set_session()
-            out: dict = await getattr(client, method)(Bucket=bucket, Key=key, **kwargs)
+            call = getattr(client, method)
+            out: dict = await call(**call_kwargs(self.fs, call, Bucket=bucket, Key=key, **kwargs))
             if read_body:
                 out["Body"] = await _read_body(out["Body"])
             return out
@@ -119,12 +119,13 @@ class S3ConditionalObjects:
 
         client = await self.fs.set_session()
         bucket, key, _ = self.fs.split_path(path)
-        kwargs = dict(getattr(self.fs, "req_kw", {}), Bucket=bucket, Key=key)
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
         if etag is not None:
             kwargs["IfMatch"] = etag
         try:
             if byte_range is not None and byte_range[0] == byte_range[1]:  # no bytes: no Range
-                head = await client.head_object(**kwargs)
+                head = await client.head_object(**call_kwargs(self.fs, client.head_object,
+                                                              **kwargs))
                 if byte_range[0] > head["ContentLength"]:
                     return ByteRangeError(
                         f"byte range {byte_range} of {path} is past its end"
@@ -132,7 +133,7 @@ class S3ConditionalObjects:
                 return b"", head["ETag"]
             if byte_range is not None:
                 kwargs["Range"] = range_header(byte_range)
-            out = await client.get_object(**kwargs)
+            out = await client.get_object(**call_kwargs(self.fs, client.get_object, **kwargs))
             return await _read_body(out["Body"]), out["ETag"]
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in _MISSING:
@@ -147,14 +148,14 @@ class S3ConditionalObjects:
 
         client = await self.fs.set_session()
         bucket, key, _ = self.fs.split_path(path)
-        kwargs = dict(getattr(self.fs, "req_kw", {}), Bucket=bucket, Key=key)
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
         resume = value.have
         if value.size is not None:  # (a later attempt: the same version, or 412)
             kwargs["IfMatch"] = str(value.version)
         if resume:
             kwargs["Range"] = f"bytes={resume}-"
         try:
-            out = await client.get_object(**kwargs)
+            out = await client.get_object(**call_kwargs(self.fs, client.get_object, **kwargs))
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in _MISSING:
                 value.complete(None, None)
@@ -166,6 +167,14 @@ class S3ConditionalObjects:
             else:
                 value.start(int(out["ContentLength"]), out["ETag"])
             await fill(value, body.iter_chunks(1 << 20), arrived, path)
+
+
+def call_kwargs(fs: Any, method: Any, **kwargs: Any) -> dict[str, Any]:
+    """The arguments of one call of the client method ``method``: ``kwargs`` and the
+    filesystem's request options (``req_kw``; ``s3_additional_kwargs``: encryption, storage
+    class, metadata, SSE-C keys), those the operation takes (s3fs's own filter, after
+    ``fs.set_session()``)."""
+    return cast(dict[str, Any], fs._get_s3_method_kwargs(method, **kwargs))
 
 
 async def _read_body(stream: Any) -> bytes:

@@ -24,6 +24,7 @@ from typing import Any
 
 from shardvol.errors import InvalidArgumentError, StoreError
 from shardvol.kvstore.remote import Requests
+from shardvol.kvstore.s3_conditional import call_kwargs
 
 MIN_PART = 5 << 20  # S3's smallest part (all but the last)
 MAX_PART = 5 << 30  # S3's largest part, and largest PUT
@@ -61,7 +62,7 @@ async def upload(fs: Any, requests: Requests, path: str, data: bytes, part_size:
 
     def call(method: str, **kwargs: Any) -> Callable[[], Awaitable[Any]]:
         bound = getattr(client, method)
-        return lambda: bound(**fs._get_s3_method_kwargs(bound, Bucket=bucket, Key=key, **kwargs))
+        return lambda: bound(**call_kwargs(fs, bound, Bucket=bucket, Key=key, **kwargs))
 
     created = await requests.one(call("create_multipart_upload", ChecksumAlgorithm="CRC32"),
                                  f"S3 create_multipart_upload {path}")
