@@ -18,8 +18,9 @@ The floor of a workload is what no library can beat here: shardvol's time for th
 reads of the local files (fresh handle), plus one latency per read, plus one more for a
 sharded volume's first shard index.  ``--faults`` runs everything again with 5% of the
 requests answered 503 and 2.5% of the connections dropped before any answer.
-``--backends`` times the raw request path: a burst of 256 ranged GETs and 8 whole shards
-through shardvol's store and through obstore (Rust object_store), at the same latency.
+``--backends`` times the raw request path through shardvol's store and through obstore
+(Rust object_store), at the same latency: a burst of 256 ranged GETs, 8 whole shards, and
+the chunk files of the raw volume's 24 cutouts.
 ``--s3`` reads and writes the raw volumes through S3 (moto's server in its own process,
 behind the fault server's latency): shardvol and TensorStore.
 
@@ -161,8 +162,16 @@ def fmt_row(name: str, op: str, r: dict[str, Any], libs: list[Lib]) -> str:
             + f" | {ratio} | {r['floor'] * 1000:,.0f} ms ({mine / r['floor']:.2f}x) |")
 
 
-def bench_backends(root: str, path: str, latency: float) -> None:
-    """A burst of 256 ranged GETs and 8 whole shard files: shardvol's store vs obstore."""
+def bench_backends(root: str, sharded: str, unsharded: str, latency: float,
+                   cutout: int) -> None:
+    """The raw request path, shardvol's store against obstore (Rust object_store): a burst
+    of 256 ranged GETs of one sharded volume's shards, its 8 whole shards, and the whole
+    chunk files of the 24 cutouts of the unsharded raw volume, cutout after cutout.
+
+    obstore is timed through its blocking calls from a pool of 64 threads (they release
+    the GIL and run on its own Rust runtime: its efficient mode) and through its asyncio
+    calls, which poll the Rust futures holding the GIL on Python's event loop.
+    """
     try:
         import obstore
         from obstore.store import HTTPStore
@@ -170,43 +179,69 @@ def bench_backends(root: str, path: str, latency: float) -> None:
         print("obstore not installed: backends skipped")
         return
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
-    shards = sorted(os.path.relpath(os.path.join(d, f), path)
-                    for d, _, files in os.walk(path) for f in files if f.endswith(".shard"))
-    sizes = [os.path.getsize(os.path.join(path, f)) for f in shards]
+    from shardvol.array.indexing import chunk_parts
+    from shardvol.precomputed.unsharded import chunk_key
+
+    shards = sorted(os.path.relpath(os.path.join(d, f), sharded)
+                    for d, _, files in os.walk(sharded) for f in files if f.endswith(".shard"))
+    sizes = [os.path.getsize(os.path.join(sharded, f)) for f in shards]
     rng = np.random.default_rng(5)
     ranges = []
     for _ in range(256):
         i = int(rng.integers(len(shards)))
         a = int(rng.integers(0, sizes[i] - 65536))
         ranges.append((shards[i], a, a + 65536))
+    vol = Volume(unsharded)
+    grid, scale = vol.chunked_array.grid, vol.info["scales"][0]["key"]
+    cutouts = [[f"{scale}/{chunk_key(grid, p.coord)}" for p in
+                chunk_parts(vol._selection(box, True), grid)]
+               for box in bv.cutout_boxes(vol.shape[:3], cutout)]
+    threads = ThreadPoolExecutor(64)
     with FaultServer(root, latency=latency) as server:
-        base = f"{server.url}/{os.path.basename(path)}"
-        ours = FsspecStore(base, skip_instance_cache=True)
-        theirs = HTTPStore.from_url(base, client_options={"allow_http": True})
+        def stores(path: str) -> tuple[FsspecStore, Any]:
+            base = f"{server.url}/{os.path.basename(path)}"
+            return (FsspecStore(base, skip_instance_cache=True),
+                    HTTPStore.from_url(base, client_options={"allow_http": True}))
 
-        async def ob_ranges() -> list:
+        ours, theirs = stores(sharded)
+        ours_u, theirs_u = stores(unsharded)
+
+        def blocking(store: Any, keys: list[str]) -> list:
+            return list(threads.map(lambda k: obstore.get(store, k).bytes(), keys))
+
+        async def whole_async(store: Any, keys: list[str]) -> list:
+            async def one(key: str) -> Any:
+                return await (await obstore.get_async(store, key)).bytes_async()
+            return await asyncio.gather(*(one(k) for k in keys))
+
+        async def ranges_async() -> list:
             return await asyncio.gather(*(obstore.get_range_async(theirs, f, start=a, end=b)
                                           for f, a, b in ranges))
-
-        async def ob_whole() -> list:
-            results = await asyncio.gather(*(obstore.get_async(theirs, f) for f in shards))
-            return await asyncio.gather(*(r.bytes_async() for r in results))
 
         cases = {
             "256 ranged GETs of 64 KiB": (
                 lambda: ours.get_many([(f, (a, b)) for f, a, b in ranges]),
-                lambda: asyncio.run(ob_ranges())),
+                lambda: list(threads.map(
+                    lambda r: obstore.get_range(theirs, r[0], start=r[1], end=r[2]), ranges)),
+                lambda: asyncio.run(ranges_async())),
             f"{len(shards)} whole shards ({sum(sizes) / 1e6:.0f} MB)": (
-                lambda: ours.get_many(shards), lambda: asyncio.run(ob_whole())),
+                lambda: ours.get_many(shards), lambda: blocking(theirs, shards),
+                lambda: asyncio.run(whole_async(theirs, shards))),
+            f"{sum(map(len, cutouts))} chunk files of 24 cutouts, cutout after cutout": (
+                lambda: [ours_u.get_many(keys) for keys in cutouts],
+                lambda: [blocking(theirs_u, keys) for keys in cutouts],
+                lambda: [asyncio.run(whole_async(theirs_u, keys)) for keys in cutouts]),
         }
         for faults in (False, True):
             server.set(error=0.05 if faults else 0.0, reset=0.025 if faults else 0.0, seed=1)
-            for name, (a, b) in cases.items():
-                ta = min(_timed(a) for _ in range(3))
-                tb = min(_timed(b) for _ in range(3))
+            for name, fns in cases.items():
+                t = [min(_timed(fn) for _ in range(3)) for fn in fns]
                 label = name + (", 5% 503 + 2.5% resets" if faults else "")
-                print(f"| {label} | {ta * 1000:,.0f} ms | {tb * 1000:,.0f} ms | {tb / ta:.2f}x |")
+                print(f"| {label} | " + " | ".join(f"{x * 1000:,.0f} ms" for x in t)
+                      + f" | {t[1] / t[0]:.2f}x |", flush=True)
+    threads.shutdown()
 
 
 class S3:
@@ -394,12 +429,11 @@ def main() -> None:
     if args.s3:
         bench_s3(args, sizes)
     if args.backends:
-        ds = next(d for d in bv.DATASETS if d.name == "raw sharded")
-        data = bv.source_array(ds, sizes)
-        path = bv.ensure_dataset(args.data, ds, data)
-        print("\n| request path | shardvol (fsspec + aiohttp) | obstore | obstore / shardvol |\n"
-              "|---|---:|---:|---:|")
-        bench_backends(args.data, path, args.latency)
+        paths = [bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
+                 for name in ("raw sharded", "raw") for ds in bv.DATASETS if ds.name == name]
+        print("\n| request path | shardvol (fsspec + aiohttp) | obstore, 64 threads "
+              "| obstore, asyncio | threads / shardvol |\n|---|---:|---:|---:|---:|")
+        bench_backends(args.data, *paths, args.latency, sizes.cutout)
 
 
 if __name__ == "__main__":
