@@ -22,22 +22,29 @@ requests answered 503 and 2.5% of the connections dropped before any answer.
 (Rust object_store), at the same latency: a burst of 256 ranged GETs, 8 whole shards, and
 the chunk files of the raw volume's 24 cutouts.
 ``--s3`` reads and writes the raw volumes through S3 (moto's server in its own process,
-behind the fault server's latency): shardvol and TensorStore.
+behind the fault server's latency): shardvol and TensorStore.  ``--gcs`` reads them through
+GCS (gcp-storage-emulator in its own process, behind the latency), without and with the
+faults: shardvol, shardvol with gcsfs's own retry loop kept (as it was), and TensorStore.
 
 Run:  python benchmarks/bench_remote.py [--quick] [--repeat 2] [--latency 0.025]
-      [--faults] [--backends] [--only NAME] [--no-cloudvolume]
+      [--faults] [--backends] [--s3] [--gcs] [--only NAME] [--no-cloudvolume]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
+import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import warnings
 from collections.abc import Callable
 from typing import Any
 
+import fsspec
 import numpy as np
 import tensorstore as ts
 
@@ -244,30 +251,32 @@ def bench_backends(root: str, sharded: str, unsharded: str, latency: float,
     threads.shutdown()
 
 
+def _start(args: list[str]) -> tuple[subprocess.Popen, str]:
+    """A server in its own process (``args`` get ``PORT``), once it answers; its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, *(a.replace("PORT", str(port)) for a in args)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            break
+        except urllib.error.HTTPError:  # (it answers)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, url
+
+
 class S3:
     """moto's S3 server in its own process, behind a fault server with the latency."""
 
     def __init__(self, data: str, latency: float) -> None:
-        import socket
-        import subprocess
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
                           AWS_DEFAULT_REGION="us-east-1")
-        self.moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                      "-p", str(port)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        self.upstream = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                import urllib.request
-
-                urllib.request.urlopen(self.upstream, timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        self.moto, self.upstream = _start(["-m", "moto.server", "-H", "127.0.0.1", "-p", "PORT"])
         self.proxy = FaultServer(data, latency=latency, upstream=self.upstream)
         import boto3
 
@@ -288,6 +297,126 @@ class S3:
         self.proxy.close()
         self.moto.kill()
         self.moto.wait()
+
+
+class GCS:
+    """gcp-storage-emulator in its own process (in memory, bucket ``bench``), behind a fault
+    server with the latency.  TensorStore reaches it through ``TENSORSTORE_GCS_HTTP_URL``,
+    with a fixed token (no credentials are looked up)."""
+
+    def __init__(self, data: str, latency: float) -> None:
+        # gcsfs's bucket-type probe speaks gRPC, which the emulator does not (each probe
+        # waits a minute): off, before gcsfs is imported
+        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        # (the emulator answers one connection at a time, with a listen backlog of 5: the
+        # SYNs of a sixth concurrent request were dropped and resent a second later; here
+        # it answers each connection in a thread, as an object store would)
+        self.emulator, self.upstream = _start(
+            ["-c", "import http.server as s, sys; s.HTTPServer = s.ThreadingHTTPServer; "
+                   "s.HTTPServer.request_queue_size = 1024; "
+                   "from gcp_storage_emulator.__main__ import main; main(sys.argv[1:])",
+             "start", "--host", "127.0.0.1", "--port", "PORT", "--in-memory",
+             "--default-bucket", "bench", "-q"])
+        self.proxy = FaultServer(data, latency=latency, upstream=self.upstream)
+        os.environ.update(TENSORSTORE_GCS_HTTP_URL=self.proxy.url,
+                          GOOGLE_AUTH_TOKEN_FOR_TESTING="bench")
+
+    def upload(self, path: str) -> str:
+        """Copy a local dataset into the bucket (untimed); its name there."""
+        name = os.path.basename(path)
+        fs = fsspec.filesystem("gs", token="anon", endpoint_url=self.upstream,
+                               skip_instance_cache=True)
+        for d, _, files in os.walk(path):  # (one at a time, each one request: the
+            for f in files:  # emulator loses resumable uploads made concurrently)
+                with open(os.path.join(d, f), "rb") as src:
+                    key = os.path.relpath(os.path.join(d, f), path)
+                    fs.pipe_file(f"bench/{name}/{key}", src.read())
+        return name
+
+    def close(self) -> None:
+        self.proxy.close()
+        self.emulator.kill()
+        self.emulator.wait()
+
+
+def _best_reads(opens: dict[str, Callable[[str], Any]],
+                reads: dict[str, Callable[[Any, Any], Any]], name: str,
+                boxes: list, data: np.ndarray, repeat: int) -> dict[str, float]:
+    """Each library's best time over ``repeat`` runs of reading ``boxes`` (None: the whole
+    volume) of dataset ``name`` through a fresh handle, every result checked."""
+    best = {}
+    for lib in opens:
+        times = []
+        for _ in range(repeat):
+            h = opens[lib](name)
+            t0 = time.perf_counter()
+            got = [reads[lib](h, b) for b in boxes]
+            times.append(time.perf_counter() - t0)
+            for b, g in zip(boxes, got):
+                want = data if b is None else data[b]
+                assert np.array_equal(np.asarray(g).reshape(want.shape), want), lib
+        best[lib] = min(times)
+    return best
+
+
+_READS: dict[str, Callable[[Any, Any], Any]] = {
+    "shardvol": lambda h, b: h[...] if b is None else h[b],
+    "TensorStore": lambda h, b: (h if b is None else h[b]).read(order="F").result(),
+}
+
+
+def bench_gcs(args: argparse.Namespace, sizes: bv.Sizes) -> None:
+    """Full reads and cutouts through GCS (the emulator behind the latency), without and
+    with faults (5% 503s, 2.5% resets): shardvol; shardvol as it was with gcsfs's own
+    retries inside each of its attempts; TensorStore (full reads: its ranged reads fail on
+    the emulator's answers, "Malformed StorageGeneration")."""
+    gcs = GCS(args.data, args.latency)
+    from shardvol.kvstore import gcs as gcs_filesystems  # (gcsfs: after GCS() set its env)
+
+    def shardvol(n: str) -> Volume:
+        return _fresh(Volume(FsspecStore(f"gs://bench/{n}", token="anon",
+                                         endpoint_url=gcs.proxy.url, skip_instance_cache=True)))
+
+    def gcsfs_retrying(n: str) -> Volume:
+        saved = gcs_filesystems.filesystem
+        gcs_filesystems.filesystem = fsspec.core.url_to_fs  # (gcsfs's own class)
+        try:
+            return shardvol(n)
+        finally:
+            gcs_filesystems.filesystem = saved
+
+    opens: dict[str, Callable[[str], Any]] = {
+        "shardvol": shardvol, "gcsfs retrying": gcsfs_retrying,
+        "TensorStore": lambda n: ts.open({
+            "driver": "neuroglancer_precomputed",
+            "kvstore": {"driver": "gcs", "bucket": "bench", "path": n + "/"}},
+            read=True).result(),
+    }
+    reads = {**_READS, "gcsfs retrying": _READS["shardvol"]}
+    try:
+        print("\nGCS (gcp-storage-emulator in its own process, behind the same latency)\n"
+              "| dataset | operation | faults | shardvol | shardvol with gcsfs's retries "
+              "| TensorStore | gcsfs's retries / shardvol |\n|---|---|---|---:|---:|---:|---:|")
+        for ds in [d for d in bv.DATASETS if d.name in ("raw sharded", "raw")]:
+            path = bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
+            data = bv.TensorStore().read(bv.TensorStore().open(path), None)
+            name = gcs.upload(path)
+            for faults in ("none", "5% 503 + 2.5% resets"):
+                on = faults != "none"
+                for op, boxes in (("full read", [None]), ("24 cutouts", bv.cutout_boxes(
+                        data.shape[:3], sizes.cutout))):
+                    libs = {k: v for k, v in opens.items()
+                            if k != "TensorStore" or op == "full read"}
+                    gcs.proxy.set(error=0.05 if on else 0.0, reset=0.025 if on else 0.0,
+                                  seed=1)
+                    best = _best_reads(libs, reads, name, boxes, data, args.repeat)
+                    theirs = best.get("TensorStore")
+                    print(f"| {ds.name} | {op} | {faults} | {best['shardvol'] * 1000:,.0f} ms "
+                          f"| {best['gcsfs retrying'] * 1000:,.0f} ms "
+                          f"| {'n/a' if theirs is None else f'{theirs * 1000:,.0f} ms'} "
+                          f"| {best['gcsfs retrying'] / best['shardvol']:.2f}x |", flush=True)
+    finally:
+        gcs.close()
 
 
 def bench_s3(args: argparse.Namespace, sizes: bv.Sizes) -> None:
@@ -311,23 +440,9 @@ def bench_s3(args: argparse.Namespace, sizes: bv.Sizes) -> None:
                                                   "kvstore": _ts_s3(s3.proxy.url, n)},
                                                  read=True).result(),
             }
-            reads = {"shardvol": lambda h, b: h[...] if b is None else h[b],
-                     "TensorStore": lambda h, b: (h if b is None else h[b]).read(
-                         order="F").result()}
             for op, boxes in (("full read", [None]),
                               ("24 cutouts", bv.cutout_boxes(data.shape[:3], sizes.cutout))):
-                best = {}
-                for lib in opens:
-                    times = []
-                    for _ in range(args.repeat):
-                        h = opens[lib](name)
-                        t0 = time.perf_counter()
-                        got = [reads[lib](h, b) for b in boxes]
-                        times.append(time.perf_counter() - t0)
-                        for b, g in zip(boxes, got):
-                            want = data if b is None else data[b]
-                            assert np.array_equal(np.asarray(g).reshape(want.shape), want)
-                    best[lib] = min(times)
+                best = _best_reads(opens, _READS, name, boxes, data, args.repeat)
                 print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms | "
                       f"{best['TensorStore'] * 1000:,.0f} ms | "
                       f"{best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
@@ -392,6 +507,7 @@ def main() -> None:
     ap.add_argument("--faults", action="store_true", help="also with 5%% 503s, 2.5%% resets")
     ap.add_argument("--backends", action="store_true", help="also the raw request path")
     ap.add_argument("--s3", action="store_true", help="also reads and writes through S3")
+    ap.add_argument("--gcs", action="store_true", help="also reads through GCS, with faults")
     ap.add_argument("--no-cloudvolume", action="store_true")
     args = ap.parse_args()
     sizes = bv.QUICK if args.quick else bv.FULL
@@ -428,6 +544,8 @@ def main() -> None:
                     print(fmt_row(ds.name, op, r, libs), flush=True)
     if args.s3:
         bench_s3(args, sizes)
+    if args.gcs:
+        bench_gcs(args, sizes)
     if args.backends:
         paths = [bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
                  for name in ("raw sharded", "raw") for ds in bv.DATASETS if ds.name == name]

@@ -9,12 +9,14 @@ be exercised here; shardvol's locks on gs are in-process only (see README).
 from __future__ import annotations
 
 import os
+import pickle
 
 import fsspec
 import numpy as np
 import pytest
 
 from shardvol import Volume
+from shardvol.errors import StoreError
 from shardvol.kvstore.fsspec_store import FsspecStore
 
 from .fault_server import FaultServer
@@ -100,6 +102,38 @@ def test_gcs_through_faults(gcs, tmp_path):
         assert sum(v for k, v in faults.items() if k != "fault ok") > 0, faults
 
 
+
+
+def test_each_attempt_is_one_request_and_other_gcsfs_users_keep_its_retries(gcs, tmp_path):
+    """gcsfs's own retry loop (waits from half a second, inside each of the store's
+    attempts) is off in the store's filesystem: a store allowed no retry fails on one 503,
+    and one allowed two sends three requests.  A plain gcsfs filesystem still retries."""
+    bucket = new_bucket()
+    os.makedirs(tmp_path / "empty")
+    with FaultServer(str(tmp_path / "empty"), upstream=gcs) as proxy:
+        _store(bucket + "/r", endpoint_url=proxy.url).set("k", b"value")
+        proxy.stats(reset=True)
+        proxy.set(plan=["error 503"])
+        with pytest.raises(StoreError, match="1 attempt"):
+            _store(bucket + "/r", endpoint_url=proxy.url, retries=0).get("k")
+        assert proxy.stats(reset=True)["requests"] == 1
+        proxy.set(plan=["error 503", "error 503"])
+        assert _store(bucket + "/r", endpoint_url=proxy.url, retries=2).get("k") == b"value"
+        assert proxy.stats(reset=True)["requests"] == 3
+        proxy.set(plan=["error 503"])
+        plain = fsspec.filesystem("gs", token="anon", endpoint_url=proxy.url,
+                                  skip_instance_cache=True)
+        assert plain.cat(bucket[len("gs://"):] + "/r/k") == b"value"
+        assert proxy.stats()["requests"] == 2
+
+
+def test_a_gs_volume_pickles_and_reads_where_it_is_unpickled(bucket):
+    """Dask ships volumes to its workers: the store's filesystem class is importable."""
+    vol = Volume.create(_store(bucket + "/p"), size=[20, 20, 20], data_type="uint8",
+                        chunk_size=[8, 8, 8], encoding="raw")
+    data = np.random.default_rng(12).integers(0, 255, vol.shape, dtype=np.uint8)
+    vol[...] = data
+    assert np.array_equal(pickle.loads(pickle.dumps(vol))[...], data)
 
 # (aiohttp's advice to gcsfs, which hands it the bytes of a chunk)
 @pytest.mark.filterwarnings("ignore:Sending a large body:ResourceWarning")

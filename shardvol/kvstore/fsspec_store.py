@@ -56,6 +56,7 @@ READ_ONLY_PROTOCOLS = {"http", "https"}
 # what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)
 _VERSION_FIELDS = ("ETag", "generation", "etag", "mtime", "LastModified", "last_modified")
 S3_PROTOCOLS = {"s3", "s3a"}
+GCS_PROTOCOLS = {"gs", "gcs"}  # (see shardvol.kvstore.gcs)
 _MAX_PUT = 5 << 30  # bytes of one S3 PUT at most (conditional replacements are one PUT)
 
 
@@ -125,7 +126,12 @@ class FsspecStore(KVStore):
                 "read_timeout": policy.stall, "connect_timeout": policy.stall,
             }
         try:
-            self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
+            if url_scheme(url) in GCS_PROTOCOLS:  # (gcsfs, its requests tried once)
+                from shardvol.kvstore import gcs
+
+                self.fs, root = gcs.filesystem(url, **storage_options)
+            else:
+                self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         except ImportError as e:  # gcsfs, s3fs, ... not installed
             raise UnsupportedSchemeError(f"{url}: {e}") from e
         protocols = (
