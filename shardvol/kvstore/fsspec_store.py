@@ -127,9 +127,9 @@ class FsspecStore(KVStore):
             }
         try:
             if url_scheme(url) in GCS_PROTOCOLS:  # (gcsfs, its requests tried once)
-                from shardvol.kvstore import gcs
+                from shardvol.kvstore.gcs import filesystem
 
-                self.fs, root = gcs.filesystem(url, **storage_options)
+                self.fs, root = filesystem(url, **storage_options)
             else:
                 self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         except ImportError as e:  # gcsfs, s3fs, ... not installed
