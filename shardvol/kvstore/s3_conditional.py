@@ -17,9 +17,9 @@ from shardvol.kvstore.arriving import Arriving, fill
 from shardvol.kvstore.remote import Requests, run_on
 from shardvol.kvstore.versioned_reads import check_rest, range_header
 
-# The condition failed (412), or a concurrent conditional write won (409).
-_CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
-_MISSING = {"NoSuchKey", "404"}
+# S3 error codes: the condition failed (412), or a concurrent conditional write won (409)
+CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
+MISSING = {"NoSuchKey", "404"}  # (no such object; "404": a HEAD's, which has no body)
 
 
 class _Outcome:
@@ -69,7 +69,7 @@ class S3ConditionalObjects:
             outcome.out = run_on(self.fs.loop, self.runner.one(attempt, f"S3 {method} {path}"))
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code")
-            if code not in _CONFLICT | _MISSING:
+            if code not in CONFLICT | MISSING:
                 raise StoreError(f"cannot {method} {path}: {e}") from e
             outcome.code = code
         except StoreError:
@@ -85,7 +85,7 @@ class S3ConditionalObjects:
         was lost and a repeat failed the condition)."""
         if outcome.out is not None:
             return str(outcome.out["ETag"])
-        if outcome.code not in _CONFLICT:
+        if outcome.code not in CONFLICT:
             return None
         now = self.current(path)
         return now[0] if now is not None and now[1] == body else None
@@ -109,8 +109,8 @@ class S3ConditionalObjects:
         (not a lease) may have been changed by another writer while that attempt failed
         without deleting it, so its delete is reported undone, to be redone from a read."""
         outcome = self._call("delete_object", path, IfMatch=version)
-        return (outcome.out is not None or outcome.code in _MISSING
-                or (repeat_is_done and outcome.attempts > 1 and outcome.code in _CONFLICT))
+        return (outcome.out is not None or outcome.code in MISSING
+                or (repeat_is_done and outcome.attempts > 1 and outcome.code in CONFLICT))
 
     async def read_one(self, path: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> tuple[Any, str | None]:
@@ -136,7 +136,7 @@ class S3ConditionalObjects:
             out = await client.get_object(**call_kwargs(self.fs, client.get_object, **kwargs))
             return await _read_body(out["Body"]), out["ETag"]
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in _MISSING:
+            if e.response.get("Error", {}).get("Code") in MISSING:
                 return FileNotFoundError(path), None
             raise
 
@@ -157,7 +157,7 @@ class S3ConditionalObjects:
         try:
             out = await client.get_object(**call_kwargs(self.fs, client.get_object, **kwargs))
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in _MISSING:
+            if e.response.get("Error", {}).get("Code") in MISSING:
                 value.complete(None, None)
                 return
             raise

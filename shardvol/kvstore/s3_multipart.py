@@ -24,13 +24,12 @@ from typing import Any
 
 from shardvol.errors import InvalidArgumentError, StoreError
 from shardvol.kvstore.remote import Requests
-from shardvol.kvstore.s3_conditional import call_kwargs
+from shardvol.kvstore.s3_conditional import CONFLICT, MISSING, call_kwargs
 
 MIN_PART = 5 << 20  # S3's smallest part (all but the last)
 MAX_PART = 5 << 30  # S3's largest part, and largest PUT
 MAX_PARTS = 10_000  # S3's most parts of one upload
 PARTS_AT_ONCE = 8  # parts of one upload in flight at most (each holds a copy of its bytes)
-_CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
 
 
 def part_bounds(size: int, part_size: int) -> list[tuple[int, int]]:
@@ -105,12 +104,12 @@ async def upload(fs: Any, requests: Requests, path: str, data: bytes, part_size:
             return str(done["ETag"])
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code")
-            if code in _CONFLICT or (code == "NoSuchUpload" and attempts > 1):
+            if code in CONFLICT or (code == "NoSuchUpload" and attempts > 1):
                 expected = multipart_etag([p["ETag"] for p in parts])
                 now = await _etag_of(requests, call("head_object"), path)
                 if expected is not None and now == expected:
                     return expected  # (completed by an attempt whose answer was lost)
-                if code in _CONFLICT and if_none_match:
+                if code in CONFLICT and if_none_match:
                     return None
             raise
     finally:
@@ -131,7 +130,7 @@ async def _etag_of(requests: Requests, head: Callable[[], Awaitable[Any]],
     try:
         return str((await requests.one(head, f"S3 head_object {path}"))["ETag"])
     except ClientError as e:
-        if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        if e.response.get("Error", {}).get("Code") in MISSING | {"NotFound"}:
             return None
         raise StoreError(f"cannot tell whether the upload of {path} completed: {e}") from e
 
