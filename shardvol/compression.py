@@ -1,12 +1,20 @@
-"""gzip for shard indexes, shard data, raw chunks and Zarr codecs (libdeflate via imagecodecs).
+"""gzip for shard indexes, shard data, raw chunks and Zarr codecs (libdeflate via imagecodecs),
+and the whole-file compressions CloudVolume stores chunk files in.
 
 Output is a standard single-member gzip stream that any reader accepts.
 Decompression errors are raised as the caller's shardvol exception class with
 the caller's context (a file name, a chunk key) in the message.
+
+CloudVolume (through cloud-files) compresses a whole chunk file with ``compress=``
+``"gzip"``, ``"br"``, ``"zstd"``, ``"xz"`` or ``"bzip2"``: in local files as ``NAME.gz``,
+``NAME.br``, ... (:data:`FILE_SUFFIXES`), in object stores as ``NAME`` with that
+``Content-Encoding``; :func:`decompress` undoes any of them.
 """
 
 from __future__ import annotations
 
+import bz2
+import lzma
 import numbers
 import struct
 import zlib
@@ -19,6 +27,13 @@ GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_LEVEL = 6
 MAX_LEVEL = 12  # libdeflate's levels: 0 stores, 1 is fastest, 9 is zlib's best, 10-12 smaller
 _MAX_DEFLATE_RATIO = 1032  # the most a deflate stream inflates (258 bytes per 2 bits)
+
+#: The suffix of a local file compressed whole, by content coding, in the order
+#: cloud-files looks for them (a file stored plain is looked for first).
+FILE_SUFFIXES: dict[str, str] = {
+    "gzip": ".gz", "br": ".br", "zstd": ".zstd", "xz": ".xz", "bzip2": ".bz2",
+}
+_CODING_ALIASES = {"x-gzip": "gzip", "bz2": "bzip2", "lzma": "xz"}
 
 
 def is_gzip(data: bytes | memoryview) -> bool:
@@ -110,4 +125,74 @@ def _decompress_members(
         raise error(f"{context}: corrupt gzip data ({e})") from e
     except MemoryError:
         raise error(f"{context}: gzip data decodes to more bytes than memory holds") from None
+    return b"".join(parts)
+
+
+def content_coding(value: str | None) -> str | None:
+    """The compression a ``Content-Encoding`` value names (a key of :data:`FILE_SUFFIXES`),
+    None for none (absent, ``identity``, or ``aws-chunked`` alone, as S3 may report), or
+    the value itself when it names another coding (which :func:`decompress` refuses)."""
+    codings = [c.strip().lower() for c in (value or "").split(",")]
+    codings = [c for c in codings if c not in ("", "identity", "aws-chunked")]
+    if not codings:
+        return None
+    if len(codings) > 1:
+        return ", ".join(codings)
+    return _CODING_ALIASES.get(codings[0], codings[0])
+
+
+def decompress(
+    data: bytes | memoryview,
+    coding: str,
+    context: str,
+    error: type[ShardvolError],
+    max_size: int | None = None,
+) -> bytes:
+    """``data`` compressed whole with ``coding`` (a key of :data:`FILE_SUFFIXES`), decoded;
+    ``error("<context>: ...")`` if it is corrupt, decodes to more than ``max_size`` bytes,
+    or ``coding`` is not one of them."""
+    if coding == "gzip":
+        return gzip_decompress(data, context, error, max_size=max_size)
+    if coding not in FILE_SUFFIXES:
+        raise error(f"{context}: stored with content coding {coding!r}, which shardvol cannot "
+                    f"decode (it reads {', '.join(FILE_SUFFIXES)})")
+    if not len(data):
+        raise error(f"{context}: {coding} data is empty")
+    try:
+        if coding == "br":
+            out = imagecodecs.brotli_decode(data, out=max_size)  # type: ignore[arg-type]
+        elif coding == "zstd":
+            out = imagecodecs.zstd_decode(data, out=max_size)  # type: ignore[arg-type]
+        else:
+            out = _stdlib_decompress(data, coding, max_size)
+    except (RuntimeError, lzma.LZMAError, OSError, EOFError, ValueError) as e:
+        bound = "" if max_size is None else f", or it decodes to more than {max_size} bytes"
+        raise error(f"{context}: corrupt {coding} data{bound} ({e})") from e
+    except MemoryError:
+        raise error(f"{context}: {coding} data decodes to more bytes than memory holds") from None
+    return bytes(out) if not isinstance(out, bytes) else out
+
+
+def _stdlib_decompress(data: bytes | memoryview, coding: str, max_size: int | None) -> bytes:
+    """xz or bzip2 (every stream of the file), at most ``max_size`` bytes (ValueError)."""
+    parts: list[bytes] = []
+    total = 0
+    rest = bytes(data)
+    while rest:
+        d: lzma.LZMADecompressor | bz2.BZ2Decompressor = (
+            lzma.LZMADecompressor() if coding == "xz" else bz2.BZ2Decompressor())
+        pending = rest
+        while True:
+            room = -1 if max_size is None else max_size - total + 1
+            part = d.decompress(pending, room)
+            parts.append(part)
+            total += len(part)
+            if max_size is not None and total > max_size:
+                raise ValueError("too large")
+            pending = b""
+            if d.eof or d.needs_input:
+                break
+        if not d.eof:
+            raise EOFError("stream truncated")
+        rest = d.unused_data
     return b"".join(parts)

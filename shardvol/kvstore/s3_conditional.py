@@ -1,7 +1,8 @@
 """S3's conditional requests through s3fs's client: writes and deletes (``If-None-Match``
 / ``If-Match``) for :mod:`shardvol.kvstore.lease` and for the compare-and-swap updates of
 values (FsspecStore.set_if, delete_if), and ranged reads that return the object's ETag and
-may require one (``If-Match``), for versioned reads (see FsspecStore).
+may require one (``If-Match``), for versioned reads (see FsspecStore); an object stored
+with a ``Content-Encoding`` is read decoded (see versioned_reads.entity).
 
 AWS S3 supports them all (conditional deletes on general purpose buckets since 2025), as
 do MinIO and moto; a store that ignores the conditions would make the lease unsafe.
@@ -12,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from shardvol.compression import content_coding
 from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.arriving import Arriving, fill
 from shardvol.kvstore.remote import Requests, run_on
-from shardvol.kvstore.versioned_reads import check_rest, range_header
+from shardvol.kvstore.versioned_reads import check_rest, entity, range_header
 
 # S3 error codes: the condition failed (412), or a concurrent conditional write won (409)
 CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
@@ -134,7 +136,8 @@ class S3ConditionalObjects:
             if byte_range is not None:
                 kwargs["Range"] = range_header(byte_range)
             out = await client.get_object(**call_kwargs(self.fs, client.get_object, **kwargs))
-            return await _read_body(out["Body"]), out["ETag"]
+            body = await _read_body(out["Body"])
+            return await entity(body, out.get("ContentEncoding"), path, byte_range), out["ETag"]
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in MISSING:
                 return FileNotFoundError(path), None
@@ -161,6 +164,12 @@ class S3ConditionalObjects:
                 value.complete(None, None)
                 return
             raise
+        if not resume and content_coding(out.get("ContentEncoding")) is not None:
+            decoded = await entity(await _read_body(out["Body"]), out["ContentEncoding"], path)
+            if isinstance(decoded, StoreError):
+                raise decoded
+            value.complete(decoded, out["ETag"])  # (whole: a compressed value cannot resume)
+            return
         async with out["Body"] as body:
             if resume:
                 check_rest(path, 206, out.get("ContentRange"), resume, value.size)

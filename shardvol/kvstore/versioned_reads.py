@@ -6,18 +6,29 @@ version sends it as ``If-Match``: a server that replaced the file answers 412, w
 the store turns into VersionChangedError (as on S3, see FsspecStore).  Weak ETags
 (``W/"..."``) never match under ``If-Match``, so they count as no version at all; servers
 that send no ETag, or ignore ``If-Match``, read as before (unchecked).
+
+A value sent with a ``Content-Encoding`` (CloudVolume stores chunk files compressed whole
+that way in object stores: gzip, br, zstd, xz, bzip2) is decoded here, off the event loop
+(:func:`entity`): a store's value is what was stored before that compression.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import aiohttp
 
+from shardvol.compression import FILE_SUFFIXES, content_coding, decompress
 from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.arriving import Arriving, fill
+
+#: What a content-encoded value may decode to at most (a "bomb" beyond is an error).
+MAX_DECODED = 1 << 30
+#: The codings a whole read accepts (decoded by :func:`entity`, not by aiohttp).
+ACCEPT_ENCODING = "gzip, br, zstd"
 
 
 def strong_etag(value: str | None) -> str | None:
@@ -34,6 +45,28 @@ def range_header(byte_range: tuple[int, int | None]) -> str:
 
 
 ReadResult = tuple[Any, "str | None"]  # (bytes or the exception, ETag or None)
+
+
+async def entity(body: bytes, encoding: str | None, what: str,
+                 byte_range: tuple[int, int | None] | None = None) -> bytes | StoreError:
+    """The value a response carries: ``body``, decoded (in a worker thread) if it came with
+    the ``Content-Encoding`` ``encoding``; a StoreError (to report, not to retry) if it
+    cannot be: corrupt, an unknown coding, or a byte range of an encoded value."""
+    coding = content_coding(encoding)
+    if coding is None:
+        return body
+    if byte_range is not None:
+        return StoreError(f"{what} is stored with Content-Encoding {coding}: a byte range of "
+                          "it cannot be decoded")
+    if coding not in FILE_SUFFIXES:
+        return StoreError(f"{what} is stored with Content-Encoding {coding!r}, which shardvol "
+                          f"cannot decode (it reads {', '.join(FILE_SUFFIXES)})")
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.run_in_executor(
+            None, lambda: decompress(body, coding, what, StoreError, max_size=MAX_DECODED))
+    except StoreError as e:
+        return e
 
 
 class VersionedReads(Protocol):
@@ -86,14 +119,18 @@ class HttpVersionedReads:
                 return b"", strong_etag(r.headers.get("ETag"))
         if byte_range is not None:
             headers["Range"] = range_header(byte_range)
-        async with session.get(self.fs.encode_url(url), headers=headers, **kwargs) as r:
+        headers.setdefault("Accept-Encoding",
+                           ACCEPT_ENCODING if byte_range is None else "identity")
+        async with session.get(self.fs.encode_url(url), headers=headers,
+                               auto_decompress=False, **kwargs) as r:
             if r.status == 404:
                 return FileNotFoundError(url), None
             r.raise_for_status()  # 412 (replaced), 416 (past the end): the store maps them
             body = await r.read()
             etag = strong_etag(r.headers.get("ETag"))
-            if byte_range is None:
-                return body, etag
+            encoding = r.headers.get("Content-Encoding")
+            if byte_range is None or content_coding(encoding) is not None:
+                return await entity(body, encoding, url, byte_range), etag
             content_range = r.headers.get("Content-Range")
             return requested_bytes(r.status, content_range, body, byte_range, url), etag
 
@@ -114,14 +151,17 @@ class HttpVersionedReads:
             headers["If-Match"] = str(value.version)
         if resume:
             headers["Range"] = f"bytes={resume}-"
-        async with session.get(self.fs.encode_url(url), headers=headers, **kwargs) as r:
+        headers.setdefault("Accept-Encoding", "identity" if resume else ACCEPT_ENCODING)
+        async with session.get(self.fs.encode_url(url), headers=headers,
+                               auto_decompress=False, **kwargs) as r:
             if r.status == 404:
                 value.complete(None, None)
                 return
             r.raise_for_status()  # 412: replaced since the first attempt
             etag = strong_etag(r.headers.get("ETag"))
             length = r.headers.get("Content-Length")
-            identity = r.headers.get("Content-Encoding", "identity").lower() == "identity"
+            encoding = r.headers.get("Content-Encoding")
+            identity = content_coding(encoding) is None
             skip = 0
             if started and (etag != value.version or not identity or (
                     r.status == 200 and length != str(value.size))):
@@ -130,7 +170,10 @@ class HttpVersionedReads:
                     message=f"{url} changed between two attempts of its read")
             if not started:
                 if etag is None or length is None or not identity:
-                    value.complete(await r.read(), etag)
+                    decoded = await entity(await r.read(), encoding, url)
+                    if isinstance(decoded, StoreError):
+                        raise decoded
+                    value.complete(decoded, etag)
                     return
                 value.start(int(length), etag)
             elif r.status == 200:  # (a server that ignores Range: the rest is after skip)

@@ -19,7 +19,7 @@ from shardvol.array.chunkstore import (
     UnitContents,
 )
 from shardvol.array.grid import ChunkGrid
-from shardvol.compression import gzip_decompress
+from shardvol.compression import FILE_SUFFIXES, decompress
 from shardvol.errors import ChunkDecodeError
 from shardvol.kvstore import KVStore
 from shardvol.kvstore.base import io_pool
@@ -34,13 +34,22 @@ def chunk_key(grid: ChunkGrid, coord: ChunkCoord) -> str:
 
 
 class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
-    """One file per chunk, named by its voxel bounds; ``<name>.gz`` (CloudVolume) is read too."""
+    """One file per chunk, named by its voxel bounds.
+
+    A chunk CloudVolume stored compressed whole (its ``compress=`` option) is read too:
+    ``NAME.gz``, ``NAME.br``, ``NAME.zstd``, ``NAME.xz`` or ``NAME.bz2`` when ``NAME`` is
+    absent (in object stores it is ``NAME`` with a ``Content-Encoding``, which the store
+    decodes).  A chunk is missing only if none of them exists; one that exists but cannot
+    be decoded is a ChunkDecodeError, never the fill value.  Writing a chunk stores
+    ``NAME``; on local files it removes such compressed copies (deleting a chunk removes
+    them on every store).
+    """
 
     def __init__(
         self, store: KVStore, grid: ChunkGrid, max_chunk_bytes: int | None = None,
         chunk_nbytes: int | None = None,
     ) -> None:
-        """``max_chunk_bytes``: a ``.gz`` chunk file inflating to more is corrupt.
+        """``max_chunk_bytes``: a compressed chunk file decoding to more is corrupt.
         ``chunk_nbytes``: a decoded chunk's bytes (the expected size of a chunk file, for
         the window of a streamed remote read)."""
         self.kv = store
@@ -65,16 +74,14 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
         blobs = self.kv.get_many(keys)
         found = {c: b for c, b in zip(coords, blobs) if b is not None}
         missing = [i for i, b in enumerate(blobs) if b is None]
-        if missing:
-            gz = self.kv.get_many([keys[i] + ".gz" for i in missing])
-            for i, blob in zip(missing, gz):
-                if blob is not None:
-                    found[coords[i]] = self._gunzip(blob, keys[i])
+        for i, blob in zip(missing, self._compressed([keys[i] for i in missing])):
+            if blob is not None:
+                found[coords[i]] = blob
         return found
 
     def iter_chunks(self, coords: Sequence[ChunkCoord]) -> Iterator[ChunkRead]:
         """Local stores: one file at a time; remote ones: every chunk requested at once,
-        yielded as it arrives (then CloudVolume's ``.gz`` files of those missing)."""
+        yielded as it arrives (then the compressed copies of those missing)."""
         if not self.kv.local:
             keys = [chunk_key(self.grid, c) for c in coords]
             missing = []
@@ -84,23 +91,35 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
                     missing.append(i)
                 else:
                     yield coords[i], blob, self._name(keys[i])
-            probes = self.kv.get_many([keys[i] + ".gz" for i in missing]) if missing else []
-            for i, packed in zip(missing, probes):
-                value = None if packed is None else self._gunzip(packed, keys[i])
+            for i, value in zip(missing, self._compressed([keys[i] for i in missing])):
                 yield coords[i], value, self._name(keys[i])
             return
         for c in coords:
             key = chunk_key(self.grid, c)
             blob = self.kv.get(key)
             if blob is None:
-                gz = self.kv.get(key + ".gz")
-                blob = None if gz is None else self._gunzip(gz, key)
+                blob = self._compressed([key])[0]
             yield c, blob, self._name(key)
 
-    def _gunzip(self, blob: Blob, key: str) -> bytes:
-        return gzip_decompress(
-            blob, self._name(key) + ".gz", ChunkDecodeError, max_size=self.max_chunk_bytes
-        )
+    def _compressed(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The chunk of each key (absent as stored plain) from its compressed copy, decoded;
+        None where there is none."""
+        return [None if copy is None else decompress(
+                    copy[2], copy[1], self._name(copy[0]), ChunkDecodeError,
+                    max_size=self.max_chunk_bytes)
+                for copy in self._copies(keys)]
+
+    def _copies(self, keys: Sequence[str]) -> list[tuple[str, str, Blob] | None]:
+        """The first compressed copy found of each key: its name, coding and bytes.  Remote
+        stores are asked for every copy at once; local ones one by one."""
+        names = [[(key + suffix, coding) for coding, suffix in FILE_SUFFIXES.items()]
+                 for key in keys]
+        if self.kv.local:
+            return [next(((n, c, b) for n, c in each if (b := self.kv.get(n)) is not None), None)
+                    for each in names]
+        blobs = iter(self.kv.get_many([n for each in names for n, _ in each]))
+        found = [[(n, c, next(blobs)) for n, c in each] for each in names]
+        return [next(((n, c, b) for n, c, b in each if b is not None), None) for each in found]
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, list[ChunkCoord]]:
         return {c: [c] for c in coords}
@@ -113,15 +132,14 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
         return ((x, y, z, 0) for z, y, x in itertools.product(range(gz), range(gy), range(gx)))
 
     def read_unit(self, unit: ChunkCoord) -> UnitContents:
-        """On conditional stores the chunk file, read now with its version (a ``.gz``
-        file read in its place counts as absent: it is not what is rewritten)."""
+        """On conditional stores the chunk file, read now with its version (a compressed
+        copy read in its place counts as absent: it is not what is rewritten)."""
         if not self.conditional:
             return super().read_unit(unit)
         key = chunk_key(self.grid, unit)
         blob, version = self.kv.get_versioned(key)
         if blob is None:
-            gz = self.kv.get(key + ".gz")
-            blob = None if gz is None else self._gunzip(gz, key)
+            blob = self._compressed([key])[0]
         return ChunkFileContents(self, unit, blob, version)
 
     def update_unit(
@@ -133,7 +151,9 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
         current: UnitContents | None = None,
     ) -> None:
         """A chunk put or deleted replaces the file whatever it held; with ``current`` read
-        with its version (conditional stores), only if the file is still at it."""
+        with its version (conditional stores), only if the file is still at it.  Compressed
+        copies go with a deleted chunk, and with a chunk put in local files (a request each
+        would double the cost of a remote write, and ``NAME`` is read before them)."""
         key = chunk_key(self.grid, unit)
         read = current if isinstance(current, ChunkFileContents) and not replace else None
         if unit in put:
@@ -141,12 +161,18 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
                 self.kv.set(key, put[unit])
             else:
                 write_if(self.kv, key, put[unit], read.version)
+            if self.kv.local:
+                self._delete_copies(key)
         elif unit in set(delete) or replace:
             if read is None:
                 self.kv.delete(key)
             else:
                 write_if(self.kv, key, None, read.version)
-            self.kv.delete(key + ".gz")
+            self._delete_copies(key)
+
+    def _delete_copies(self, key: str) -> None:
+        for suffix in FILE_SUFFIXES.values():
+            self.kv.delete(key + suffix)
 
     def lock(self, unit: ChunkCoord) -> AbstractContextManager[None]:
         return self.kv.write_lock(chunk_key(self.grid, unit))
@@ -154,7 +180,7 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
     def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
         def one(c: ChunkCoord) -> bool:
             key = chunk_key(self.grid, c)
-            return self.kv.exists(key) or self.kv.exists(key + ".gz")
+            return any(self.kv.exists(key + s) for s in ("", *FILE_SUFFIXES.values()))
 
         return dict(zip(coords, io_pool().map(one, coords)))
 
