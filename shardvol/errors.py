@@ -65,8 +65,9 @@ class ChecksumError(ShardFormatError):
     """A stored checksum does not match the data it covers."""
 
 
-class OutOfBoundsError(ShardvolError, IndexError):
-    """A selection reaches outside the volume's domain."""
+class OutOfBoundsError(ShardvolError, IndexError, ValueError):
+    """A selection reaches outside the volume's domain (an IndexError as numpy's, and a
+    ValueError as CloudVolume's, so callers of either catch it)."""
 
 
 class MissingChunkError(ShardvolError, KeyError):

@@ -38,7 +38,7 @@ def local_key(key, origin, shape):
         def loc(i, o=o):  # called within this iteration; the default binds this iteration's o
             if i is None:
                 return None
-            return i - o if (i >= 0 or o < 0) else i  # negative from the end when o >= 0
+            return i - o  # every index is a global coordinate
         if isinstance(item, slice):
             out.append(slice(loc(item.start), loc(item.stop), item.step))
         else:
@@ -51,7 +51,7 @@ CASES = [
     (slice(3, 17), slice(0, 9), slice(5, 6)),
     (4, slice(None), 7),
     (slice(None, None, 3), slice(1, None, 2), slice(None, None, -1)),
-    (slice(15, 2, -4), -1, slice(-5, None)),
+    (slice(15, 2, -4), 9, slice(8, None)),
     (Ellipsis, 3),
     (slice(2, 2), slice(None), slice(None)),
 ]
@@ -63,13 +63,12 @@ def test_chunk_parts_match_numpy(key, origin):
     shape, chunks = (21, 10, 13), (4, 3, 5)
     model = np.arange(np.prod(shape)).reshape(shape)
     grid = ChunkGrid(origin, shape, chunks)
-    # CASES are written for a 0-based array: shift their non-negative values by the origin
+    # CASES are written for a 0-based array: shift their values by the origin
     def glob(k, o):
         if isinstance(k, slice):
-            return slice(*(None if v is None else (v + o if v >= 0 else v)
-                           for v in (k.start, k.stop)), k.step)
+            return slice(*(None if v is None else v + o for v in (k.start, k.stop)), k.step)
         if isinstance(k, int):
-            return k + o if k >= 0 else k
+            return k + o
         return k
     full = list(key)
     if Ellipsis in full:
@@ -120,14 +119,30 @@ def test_out_of_bounds_and_bad_indices():
         normalize_selection((slice(None, None, 0),), o, n)
     with pytest.raises(InvalidArgumentError):
         normalize_selection((1, 2, 3, 4), o, n)
-    # negative voxel offset: negative numbers are coordinates on that axis
+    # negative numbers are coordinates on every axis, whatever the domain's origin
     sel = normalize_selection((slice(None), slice(None), -3), o, n)
     assert sel[2].start == -3 and sel[2].drop
-    # counted from the end on axes that start at >= 0
-    assert normalize_selection((-1,), o, n)[0].start == 29
-    # unbounded selections are allowed and report their full extent
-    sel = normalize_selection((slice(0, 40),), o, n, bounded=False)
-    assert (sel[0].start, sel[0].count) == (0, 40)
+    with pytest.raises(OutOfBoundsError, match="index -1 is outside the domain \\[10, 30\\) "
+                                               "\\(indices are global coordinates"):
+        normalize_selection((-1,), o, n)
+    with pytest.raises(OutOfBoundsError, match=r"axis 1: \[-1, 4\) is outside"):
+        normalize_selection((slice(None), slice(-1, 4)), o, n)
+    # unbounded selections are allowed and report their full extent, below 0 too
+    sel = normalize_selection((slice(0, 40), slice(-1, 4)), o, n, bounded=False)
+    assert (sel[0].start, sel[0].count, sel[1].start, sel[1].count) == (0, 40, -1, 5)
+    sel = normalize_selection((slice(-2, None), -1), (0, 0), (6, 5), bounded=False)
+    assert (sel[0].start, sel[0].count, sel[1].start) == (-2, 8, -1)
+
+
+def test_numpy_rule_for_arrays_starting_at_zero():
+    """from_end (Zarr arrays): negative indices count from the end, as numpy's do."""
+    sel = normalize_selection((-1, slice(-3, None), slice(None, -4, -1)), (0, 0, 0), (5, 6, 7),
+                              from_end=True)
+    assert [(a.start, a.step, a.count) for a in sel] == [(4, 1, 1), (3, 1, 3), (6, -1, 3)]
+    with pytest.raises(OutOfBoundsError):
+        normalize_selection((-6,), (0,), (5,), from_end=True)
+    with pytest.raises(InvalidArgumentError, match="starting at 0"):
+        normalize_selection((0,), (3,), (5,), from_end=True)
 
 
 def test_boolean_indices_are_refused():

@@ -226,7 +226,7 @@ def test_indexing_semantics(tmp_path):
     vol[...] = model
     assert vol[105, -5, 0].tolist() == model[5, 0, 0].tolist()
     np.testing.assert_array_equal(vol[..., 1], model[..., 1])
-    np.testing.assert_array_equal(vol[100:120:3, :, -1], model[::3, :, -1])  # z from the end
+    np.testing.assert_array_equal(vol[100:120:3, :, 5], model[::3, :, -1])
     np.testing.assert_array_equal(vol[119:99:-2, -3:2], model[19::-2, 2:7])  # y: plain coordinates
     out = vol[100:110, -5:5, 0:6]
     assert out.flags.f_contiguous and out.shape == (10, 10, 6, 2)
@@ -238,6 +238,51 @@ def test_indexing_semantics(tmp_path):
     out = vol2[95:105, -5:-4, 0:1, 0]
     assert (out[:5].tolist() == [[[-7]]] * 5
             and out[5:, 0, 0].tolist() == model[:5, 0, 0, 0].tolist())
+
+
+def test_negative_indices_are_coordinates_on_every_volume(tmp_path):
+    """-1 is the coordinate -1, also where the domain starts at 0 (never "the last voxel"):
+    bounded, an OutOfBoundsError (a ValueError too, as CloudVolume's callers catch);
+    unbounded, the fill value there on reads, clipped away on writes."""
+    vol = Volume.create(str(tmp_path), size=(12, 6, 5), chunk_size=(4, 4, 4),
+                        data_type="uint16")
+    model = np.random.default_rng(4).integers(1, 999, (12, 6, 5, 1)).astype(np.uint16)
+    vol[...] = model
+    for key in (np.s_[-1:10, 0:1, 0:1], np.s_[-1], np.s_[:, :, -2:], np.s_[5:2:-1, -1]):
+        with pytest.raises(OutOfBoundsError, match="global coordinates"):
+            vol[key]
+        with pytest.raises(ValueError, match="outside the domain"):
+            vol[key] = 1
+    free = Volume(str(tmp_path), bounded=False, fill_value=7)
+    out = free[-1:10, 0:1, 0:1]
+    assert out.shape == (11, 1, 1, 1) and out[0, 0, 0, 0] == 7
+    np.testing.assert_array_equal(out[1:], model[0:10, 0:1, 0:1])
+    assert free[-3, 2, 2].tolist() == [7]
+    free[-2:2, 0:2, 0] = np.full((4, 2), 5000, np.uint16)  # the part below 0 is clipped
+    model[0:2, 0:2, 0] = 5000
+    np.testing.assert_array_equal(vol[...], model)
+
+
+@pytest.mark.parametrize("sharding", [None, "auto"])
+def test_single_channel_volumes_take_xyz_arrays(tmp_path, sharding):
+    """(x, y, z) values where the selection is (x, y, z, 1), as from_dask and CloudVolume
+    take them; TensorStore reads what was written."""
+    vol = Volume.create(str(tmp_path / "v"), size=(20, 18, 9), chunk_size=(8, 8, 4),
+                        data_type="uint32", sharding=sharding)
+    model = np.zeros((20, 18, 9), np.uint32)
+    rng = np.random.default_rng(6)
+    for key in (np.s_[0:20, 0:18, 0:9], np.s_[3:11, 2:17, 4:5], np.s_[5, 1:4, 2:8],
+                np.s_[19:2:-3, 0:18, 8]):
+        value = rng.integers(0, 2**32, model[key].shape, dtype=np.uint32)
+        vol[key] = value
+        model[key] = value
+    vol.write_async(np.s_[1:3, 1:3, 1:3], np.full((2, 2, 2), 7, np.uint32)).result()
+    model[1:3, 1:3, 1:3] = 7
+    np.testing.assert_array_equal(vol[...][..., 0], model)
+    np.testing.assert_array_equal(ts_read(str(tmp_path / "v"))[..., 0], model)
+    rgb = Volume.create(str(tmp_path / "rgb"), size=(4, 4, 4), num_channels=3)
+    with pytest.raises(InvalidArgumentError, match="shape"):
+        rgb[0:4, 0:4, 0:4] = np.zeros((4, 4, 4), np.uint8)
 
 
 def test_fill_missing_and_scalar_broadcast(tmp_path):
@@ -258,6 +303,16 @@ def test_fill_missing_and_scalar_broadcast(tmp_path):
     assert not vol.exists(np.s_[0:4, 0:4, 4:8])["1_1_1/0-4_0-4_4-8"]
     vol.delete(np.s_[8:10, 0:4, 4:8])  # a chunk cut by the volume's end: whole
     assert not any(vol.exists(np.s_[8:10, 0:4, 4:8]).values())
+    for region in (np.s_[8:12, 0:4, 0:4], np.s_[-4:4, 0:4, 0:4], np.s_[20:30]):
+        with pytest.raises(OutOfBoundsError):  # (a bounded volume, as its reads)
+            vol.exists(region)
+        with pytest.raises(OutOfBoundsError):
+            vol.delete(region)
+    free = Volume(str(tmp_path), bounded=False)  # clipped to the volume, both
+    assert free.exists(np.s_[20:30]) == {} and list(free.exists(np.s_[8:12, 0:4, 0:4])) == [
+        "1_1_1/8-10_0-4_0-4"]
+    free.delete(np.s_[8:12, 0:4, 0:4])
+    free.delete(np.s_[20:30])
     assert (vol[4:8, 1:3, 5] == 200).all() and (vol[...] == 200).sum() == 4 * 2  # the rest
 
 

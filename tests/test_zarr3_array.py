@@ -368,9 +368,9 @@ def test_groups_and_out_of_bounds_indexes_are_named(tmp_path):
     with pytest.raises(InfoError, match="'node_type' must be 'array', got 'group'"):
         z.open(str(tmp_path), mode="r")
     a = z.create(str(tmp_path / "a"), (4, 5), "uint8", (2, 2))
-    with pytest.raises(OutOfBoundsError, match=r"index -5 \(coordinate -1\) is outside .*\[0, 4\)"):
+    with pytest.raises(OutOfBoundsError, match=r"index -5 is outside .*\[0, 4\)"):
         a[-5]
     with pytest.raises(OutOfBoundsError, match=r"axis 1: index 5 is outside"):
         a[0, 5]
-    with pytest.raises(OutOfBoundsError, match=r"slice -20: = \[-16, 4\) is outside"):
+    with pytest.raises(OutOfBoundsError, match=r"\[-16, 4\) is outside"):
         a[-20:]

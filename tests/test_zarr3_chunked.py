@@ -40,7 +40,7 @@ def test_slicing_reads_and_writes(tmp_path, seed):
     rng = np.random.default_rng(seed)
     for _ in range(6):
         key = random_key(rng, meta.shape)
-        got = arr.read(normalize_selection(key, (0,) * meta.ndim, meta.shape))
+        got = arr.read(normalize_selection(key, (0,) * meta.ndim, meta.shape, from_end=True))
         assert equal(np.asarray(got), data[key]), key
     expected = data.copy()
     for _ in range(4):
@@ -48,7 +48,7 @@ def test_slicing_reads_and_writes(tmp_path, seed):
             slice(*sorted(int(v) for v in rng.integers(0, n + 1, 2))) for n in meta.shape
         )
         value = random_data(rng, meta)[key]
-        arr.write(normalize_selection(key, (0,) * meta.ndim, meta.shape), value)
+        arr.write(normalize_selection(key, (0,) * meta.ndim, meta.shape, from_end=True), value)
         expected[key] = value
     assert equal(ts_read(path), expected)
     assert equal(zarr_read(path), expected)

@@ -5,10 +5,12 @@ coordinate, step, count, whether the axis is dropped), then
 :func:`chunk_parts` lists, for every chunk it touches, which elements of the
 chunk go to which elements of the output.
 
-Coordinates are global: the domain of an axis is ``[origin, origin + shape)``.
-A negative index counts from the end of the domain (``-1`` is the last
-element) on axes whose domain has no negative coordinates; on an axis whose
-domain starts below zero, negative numbers are plain coordinates.
+Coordinates are global: the domain of an axis is ``[origin, origin + shape)``, and
+every index is a coordinate in it, as in TensorStore: ``-1`` is the coordinate -1,
+never "the last element" (which would change the meaning of an index with the
+domain's origin).  A slice's omitted start or stop is the domain's edge.  Arrays whose
+domain always starts at 0 (Zarr arrays, as zarr-python slices them) may ask for numpy's
+rule instead, ``from_end``: there a negative index counts from the end.
 """
 
 from __future__ import annotations
@@ -57,19 +59,24 @@ def _as_index(value: Any, axis: int) -> int:
         ) from None
 
 
-def _resolve(i: int, lo: int, hi: int) -> int:
-    """Map a user index to a global coordinate (negative counts from the end when lo >= 0)."""
-    return i + hi if i < 0 and lo >= 0 else i
+def _coordinate(value: Any, axis: int, end: int | None) -> int:
+    """An index as a coordinate; negative ones count back from ``end`` if given."""
+    i = _as_index(value, axis)
+    return i + end if end is not None and i < 0 else i
 
 
 def normalize_selection(
-    key: Any, origin: tuple[int, ...], shape: tuple[int, ...], bounded: bool = True
+    key: Any, origin: tuple[int, ...], shape: tuple[int, ...], bounded: bool = True,
+    from_end: bool = False,
 ) -> tuple[AxisSelection, ...]:
     """Normalise a basic-indexing ``key`` against the domain ``[origin, origin + shape)``.
 
     Raises OutOfBoundsError for selections outside the domain when ``bounded``;
     otherwise such selections are allowed (the caller reads fill values there).
+    ``from_end`` (a domain starting at 0 only): negative indices count from the end.
     """
+    if from_end and any(origin):
+        raise InvalidArgumentError(f"from_end needs a domain starting at 0, not {origin}")
     ndim = len(shape)
     items = list(key) if isinstance(key, tuple) else [key]
     n_ellipsis = sum(1 for k in items if k is Ellipsis)
@@ -86,47 +93,42 @@ def normalize_selection(
     out = []
     for axis, (item, o, n) in enumerate(zip(items, origin, shape)):
         lo, hi = o, o + n
+        end = hi if from_end else None
         if isinstance(item, slice):
             step = 1 if item.step is None else _as_index(item.step, axis)
             if step == 0:
                 raise InvalidArgumentError(f"axis {axis}: slice step cannot be zero")
             if step > 0:
-                start = lo if item.start is None else _resolve(_as_index(item.start, axis), lo, hi)
-                stop = hi if item.stop is None else _resolve(_as_index(item.stop, axis), lo, hi)
+                start = lo if item.start is None else _coordinate(item.start, axis, end)
+                stop = hi if item.stop is None else _coordinate(item.stop, axis, end)
                 count = max(0, -(-(stop - start) // step))
                 if bounded and count and (start < lo or stop > hi):
                     raise OutOfBoundsError(
-                        f"axis {axis}: {_given(item)}[{start}, {stop}) is outside the domain "
-                        f"[{lo}, {hi})"
-                    )
+                        f"axis {axis}: [{start}, {stop}) is outside the domain [{lo}, {hi})"
+                        + _negative_hint(start, lo))
             else:
-                start = (
-                    hi - 1 if item.start is None else _resolve(_as_index(item.start, axis), lo, hi)
-                )
-                stop = lo - 1 if item.stop is None else _resolve(_as_index(item.stop, axis), lo, hi)
+                start = hi - 1 if item.start is None else _coordinate(item.start, axis, end)
+                stop = lo - 1 if item.stop is None else _coordinate(item.stop, axis, end)
                 count = max(0, -(-(start - stop) // -step))
                 if bounded and count and (start >= hi or stop < lo - 1):
                     raise OutOfBoundsError(
-                        f"axis {axis}: {_given(item)}{start} down to {stop} (exclusive) is "
-                        f"outside the domain [{lo}, {hi})"
-                    )
+                        f"axis {axis}: {start} down to {stop} (exclusive) is outside the "
+                        f"domain [{lo}, {hi})" + _negative_hint(stop + 1, lo))
             out.append(AxisSelection(start, step, count))
         else:
-            given = _as_index(item, axis)
-            i = _resolve(given, lo, hi)
+            i = _coordinate(item, axis, end)
             if bounded and not lo <= i < hi:
-                where = f"index {given}" + (f" (coordinate {i})" if i != given else "")
-                raise OutOfBoundsError(f"axis {axis}: {where} is outside the domain [{lo}, {hi})")
+                raise OutOfBoundsError(f"axis {axis}: index {item} is outside the domain "
+                                       f"[{lo}, {hi})" + _negative_hint(i, lo))
             out.append(AxisSelection(i, 1, 1, drop=True))
     return tuple(out)
 
 
-def _given(item: slice) -> str:
-    """A slice as the caller wrote it, when negative indices were counted from the end."""
-    if not any(isinstance(v, int | np.integer) and v < 0 for v in (item.start, item.stop)):
+def _negative_hint(first: int, lo: int) -> str:
+    """What to tell a caller whose negative index was meant to count from the end."""
+    if first >= 0 or lo < 0:
         return ""
-    parts = ["" if v is None else str(v) for v in (item.start, item.stop, item.step)]
-    return "slice " + ":".join(parts if item.step is not None else parts[:2]) + " = "
+    return " (indices are global coordinates: -1 is the coordinate -1, not the last element)"
 
 
 def selection_in_domain(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> bool:

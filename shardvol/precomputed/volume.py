@@ -282,7 +282,17 @@ class Volume(AsyncMethods):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         bounded = self._options["bounded"]
-        self._array.write(self._selection(key, bounded), value, bounded=bounded)
+        sel = self._selection(key, bounded)
+        self._array.write(sel, self._with_channel_axis(sel, value), bounded=bounded)
+
+    def _with_channel_axis(self, sel: tuple[AxisSelection, ...], value: Any) -> Any:
+        """A single-channel volume takes values without the channel axis: an ``(x, y, z)``
+        array for ``vol[x0:x1, y0:y1, z0:z1]`` (as ``from_dask`` and CloudVolume take them)."""
+        if self.num_channels != 1 or sel[3].drop or np.ndim(value) == 0:
+            return value
+        want = tuple(a.count for a in sel if not a.drop)
+        value = np.asarray(value) if not hasattr(value, "shape") else value
+        return value[..., None] if tuple(value.shape) == want[:-1] else value
 
     # -------------------------------------------------------------------- dask
     def _dask_source(self, order: Literal["C", "F"] | None = None) -> Source:
@@ -370,19 +380,26 @@ class Volume(AsyncMethods):
 
     # ------------------------------------------------------------ chunk level
     def _parts(self, region: Any) -> list[ChunkPart]:
-        sel = self._selection(region, bounded=False)
+        """The chunks ``region`` meets; a region reaching outside the volume is an
+        OutOfBoundsError if the volume is ``bounded``, else clipped to it (as reads are)."""
+        sel = self._selection(region, bounded=self._options["bounded"])
         return chunk_parts(sel, self._array.grid)
 
     def exists(self, region: Any = ...) -> dict[str, bool]:
-        """For every chunk overlapping ``region``, whether it is stored; keyed as CloudVolume
-        does, by the chunk's file name under its scale (``"8_8_40/0-64_0-64_0-64"``)."""
+        """For every chunk overlapping ``region``, whether it is stored (in any form it may
+        take: a compressed chunk file counts), keyed as CloudVolume does, by the chunk's file
+        name under its scale (``"8_8_40/0-64_0-64_0-64"``).  A region reaching outside the
+        volume is an OutOfBoundsError, or with ``bounded=False`` clipped to it (as
+        :meth:`delete` takes it)."""
         coords = [p.coord for p in self._parts(region)]
         found = self._array.store.exists(coords)
         return {f"{self.scale.key}/{chunk_key(self._array.grid, c)}": found[c] for c in coords}
 
     def delete(self, region: Any = ...) -> None:
-        """Delete the chunks of ``region``, which must cover whole chunks (clipped to the
-        volume; as CloudVolume requires): they then read as the fill value."""
+        """Delete the chunks of ``region``, which must cover whole chunks (as CloudVolume
+        requires): they then read as the fill value.  A region reaching outside the volume
+        is an OutOfBoundsError, or with ``bounded=False`` clipped to it (as :meth:`exists`
+        takes it)."""
         parts = self._parts(region)
         partial = next((p for p in parts if not p.full), None)
         if partial is not None:

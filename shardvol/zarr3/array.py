@@ -186,7 +186,10 @@ class ZarrArray(AsyncMethods):
 
     # ----------------------------------------------------------------- slicing
     def _selection(self, key: Any) -> tuple[AxisSelection, ...]:
-        return normalize_selection(key, (0,) * self.ndim, self.shape, bounded=True)
+        # (numpy's, and zarr-python's, rule: the domain always starts at 0, so a negative
+        # index, counted from the end, never changes meaning)
+        return normalize_selection(key, (0,) * self.ndim, self.shape, bounded=True,
+                                   from_end=True)
 
     def __getitem__(self, key: Any) -> np.ndarray:
         return self._array.read(self._selection(key))
