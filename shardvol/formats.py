@@ -3,19 +3,19 @@ is stored there."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, overload
 
 from shardvol.errors import InfoError, InvalidArgumentError
+from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, open_store
-from shardvol.precomputed.volume import INFO_KEY, Volume
+from shardvol.precomputed.volume import INFO_KEY, URL_PREFIX, Volume
 from shardvol.zarr3 import ZARR_JSON, ZarrArray
 from shardvol.zarr3 import open as open_zarr
 from shardvol.zarr3.ome import OmeZarrImage, is_ome_group
 
 FORMATS = ("precomputed", "zarr3", "ome-zarr")
 #: Neuroglancer-style URL prefixes naming the format ("zarr3://gs://bucket/array")
-_PREFIXES = {"precomputed://": "precomputed", "zarr3://": "zarr3", "zarr://": "zarr3"}
+_PREFIXES = {URL_PREFIX: "precomputed", "zarr3://": "zarr3", "zarr://": "zarr3"}
 
 
 @overload
@@ -83,11 +83,11 @@ def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray | Ome
 def _parse(doc: bytes, source: str | None = None) -> Any:
     """A ``zarr.json`` parsed (None if it is not JSON and no ``source`` is given to name)."""
     try:
-        return json.loads(doc)
-    except (ValueError, UnicodeDecodeError) as e:
+        return load_json(doc, source or ZARR_JSON)
+    except InfoError:
         if source is None:
             return None
-        raise InfoError(f"{source}: not valid JSON ({e})") from e
+        raise
 
 
 def _check_zarr_array(parsed: Any, source: str) -> None:

@@ -123,7 +123,63 @@ def test_create_refuses_to_overwrite(capsys, tmp_path):
     assert Volume(path).shape == (20, 10, 10, 1)
 
 
+@pytest.mark.parametrize("bad", [
+    ["--encoding", "jpeg", "--jpeg-quality", "500"],
+    ["--encoding", "jpeg", "--jpeg-quality", "-1"],
+    ["--encoding", "jpeg", "--jpeg-quality", "101"],
+    ["--encoding", "png", "--png-level", "99"],
+])
+def test_create_checks_everything_before_writing(capsys, tmp_path, bad):
+    """A refused option leaves nothing behind: creating again with good options works."""
+    path = tmp_path / "v"
+    code, _, err = run_cli(capsys, "create", str(path), "--size", "8", "8", "8", *bad)
+    assert code == 1 and len(err.splitlines()) == 1 and bad[-1] in err
+    assert not path.exists() or os.listdir(path) == []
+    good = [bad[0], bad[1]]
+    assert run_cli(capsys, "-q", "create", str(path), "--size", "8", "8", "8", *good)[0] == 0
+    assert ts_open(str(path)).shape == (8, 8, 8, 1)
+
+
+def test_create_api_checks_options_before_writing(tmp_path):
+    from shardvol.errors import InvalidArgumentError
+
+    for options in ({"fill_value": 300}, {"parallel": 0}, {"cache_bytes": "lots"},
+                    {"compress_level": 13}):
+        with pytest.raises(InvalidArgumentError):
+            Volume.create(str(tmp_path / "v"), size=(8, 8, 8), **options)
+        assert not (tmp_path / "v" / "info").exists()
+
+
 # -------------------------------------------------------------------- info
+def test_info_and_downsample_take_the_precomputed_prefix(capsys, tmp_path):
+    path = str(tmp_path / "v")
+    Volume.create(path, size=(16, 16, 8))
+    code, out, _ = run_cli(capsys, "info", "--json", f"precomputed://{path}")
+    assert code == 0 and json.loads(out)["format"] == "neuroglancer_precomputed"
+    code, out, _ = run_cli(capsys, "info", "--json", f"precomputed://file://{path}")
+    assert code == 0 and json.loads(out)["scales"][0]["size"] == [16, 16, 8]
+    code, _, err = run_cli(capsys, "info", f"zarr3://{path}")
+    assert code == 1 and "no 'zarr.json' file" in err
+    assert run_cli(capsys, "-q", "downsample", f"precomputed://{path}", "--factor", "2", "2",
+                   "1", "--mips", "1")[0] == 0
+    assert len(Volume(f"precomputed://{path}").mips) == 2
+
+
+@pytest.mark.parametrize("name", ["info", "zarr.json"])
+def test_deeply_nested_metadata_is_an_info_error(capsys, tmp_path, name):
+    (tmp_path / name).write_bytes(b"[" * 100_000)
+    code, _, err = run_cli(capsys, "info", str(tmp_path))
+    assert code == 1 and "nested too deeply" in err and len(err.splitlines()) == 1
+    with pytest.raises(InfoError, match="nested too deeply"):
+        shardvol.open(str(tmp_path))
+    if name == "info":
+        with pytest.raises(InfoError, match=f"{tmp_path}/info: not valid JSON"):
+            Volume(str(tmp_path))
+    else:
+        with pytest.raises(InfoError, match="zarr.json: not valid JSON"):
+            shardvol.zarr3.open(str(tmp_path))
+
+
 def test_info_counts_what_tensorstore_wrote(capsys, ts_volume):
     path, _ = ts_volume
     code, out, _ = run_cli(capsys, "info", "--json", path)
@@ -330,7 +386,7 @@ def test_usage_errors_exit_2(capsys, argv):
 def test_invalid_combination_is_exit_1(capsys, tmp_path):
     code, _, err = run_cli(capsys, "create", str(tmp_path / "v"), "--size", "8", "8", "8",
                            "--dtype", "uint16", "--encoding", "jpeg")
-    assert code == 1 and "jpeg needs uint8" in err
+    assert code == 1 and "'jpeg' encoding does not support data type uint16" in err
 
 
 # -------------------------------------------------------------------- bench

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "shardvol"
 # lower layers only (and the two formats, and the engine and sharding, not each other)
 LAYERS = {
     "errors": 0, "_parallel": 0,
-    "_ext": 1, "compression": 1, "_reference": 1, "sizes": 1,
+    "_ext": 1, "compression": 1, "jsondoc": 1, "_reference": 1, "sizes": 1,
     "kvstore": 2,
     "array": 3, "sharding": 3,
     "precomputed": 4, "zarr3": 4,

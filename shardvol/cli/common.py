@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from tqdm import tqdm
+
+from shardvol.errors import InfoError
+from shardvol.jsondoc import load_json
 
 T = TypeVar("T")
 
@@ -52,8 +54,8 @@ def sharding_arg(value: str) -> str | dict[str, Any] | None:
     if value.lower() in ("auto", "none"):
         return None if value.lower() == "none" else "auto"
     try:
-        spec = json.loads(value)
-    except ValueError:
+        spec = load_json(value, "--sharding")
+    except InfoError:
         raise argparse.ArgumentTypeError(
             f"expected auto, none or a JSON sharding spec, got {value!r}") from None
     if not isinstance(spec, dict):

@@ -9,6 +9,8 @@ from typing import Any
 
 from shardvol.cli.common import command, human_bytes
 from shardvol.errors import InfoError, StoreError
+from shardvol.formats import split_format
+from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, PrefixStore, open_store, url_scheme
 from shardvol.precomputed.volume import INFO_KEY, read_info
 from shardvol.sharding import ShardingSpec, shard_shape
@@ -38,13 +40,16 @@ def run(args: argparse.Namespace) -> int:
 def describe(url: str, count: bool = True) -> dict[str, Any]:
     """A JSON-able description of the precomputed volume, Zarr v3 array or OME-Zarr image
     at ``url``."""
-    kv = open_store(url)
-    if kv.exists(INFO_KEY):
+    fmt, rest = split_format(url)  # (a precomputed:// or zarr3:// prefix names the format)
+    kv = open_store(rest)
+    if fmt in (None, "precomputed") and kv.exists(INFO_KEY):
         return _describe_precomputed(kv, count)
-    raw = kv.get(ZARR_JSON)
+    raw = kv.get(ZARR_JSON) if fmt in (None, "zarr3") else None
     if raw is not None:
         return _describe_zarr3(kv, raw, count)
-    raise InfoError(f"no volume at {kv.url}: neither an 'info' nor a 'zarr.json' file")
+    wanted = {None: "neither an 'info' nor a 'zarr.json' file", "precomputed": "no 'info' file",
+              "zarr3": "no 'zarr.json' file"}[fmt]
+    raise InfoError(f"no volume at {kv.url}: {wanted}")
 
 
 def _count_files(kv: KVStore) -> dict[str, int] | None:
@@ -101,8 +106,8 @@ def _describe_precomputed(kv: KVStore, count: bool) -> dict[str, Any]:
 
 def _describe_zarr3(kv: KVStore, raw: bytes, count: bool) -> dict[str, Any]:
     try:
-        doc = json.loads(raw)
-    except ValueError:
+        doc = load_json(raw, ZARR_JSON)
+    except InfoError:
         doc = None  # ArrayMetadata.from_json names the problem
     if is_ome_group(doc):
         return _describe_ome(kv, count)

@@ -33,6 +33,7 @@ import uuid
 from typing import Protocol
 
 from shardvol.errors import LockLostError, LockTimeoutError
+from shardvol.jsondoc import load_json
 from shardvol.kvstore.base import HIDDEN_PREFIX
 
 LEASE_PREFIX = HIDDEN_PREFIX + "lock."
@@ -162,14 +163,14 @@ def _encode(doc: dict) -> bytes:
 def _holder_ttl(body: bytes, default: float) -> float:
     """The lease time the holder declared (a stale lease is one not renewed in it)."""
     try:
-        return max(float(json.loads(body)["ttl"]), default)
+        return max(float(load_json(body, "lease")["ttl"]), default)
     except (ValueError, KeyError, TypeError):
         return default
 
 
 def _holder(body: bytes) -> str:
     try:
-        doc = json.loads(body)
+        doc = load_json(body, "lease")
         return f"{doc['holder']} since {doc['since']}"
     except (ValueError, KeyError, TypeError):
         return f"an unknown holder ({body[:80]!r})"

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from shardvol.errors import InfoError
+from shardvol.jsondoc import load_json
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
               "float32", "float64")
@@ -236,11 +237,7 @@ class VolumeInfo:
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "info") -> VolumeInfo:
-        try:
-            d = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise InfoError(f"{source}: not valid JSON ({e})") from e
-        return cls.from_dict(d)
+        return cls.from_dict(load_json(text, source))
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {

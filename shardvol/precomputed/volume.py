@@ -46,6 +46,14 @@ if TYPE_CHECKING:
     from dask.delayed import Delayed
 
 INFO_KEY = "info"
+#: The Neuroglancer (and CloudVolume) prefix of a precomputed URL: "precomputed://gs://b/em".
+URL_PREFIX = "precomputed://"
+
+
+def _without_prefix(url: str | KVStore) -> str | KVStore:
+    if isinstance(url, str) and url[: len(URL_PREFIX)].lower() == URL_PREFIX:
+        return url[len(URL_PREFIX):]
+    return url
 
 
 def read_info(kv: KVStore) -> VolumeInfo:
@@ -65,6 +73,9 @@ def _scale_store(kv: KVStore, scale: ScaleInfo) -> KVStore:
 
 class Volume(AsyncMethods):
     """One scale (mip) of a precomputed volume, sliceable like a 4-D numpy array.
+
+    ``url``: a path, a URL (``file://``, ``gs://``, ``s3://``, ``http(s)://``,
+    ``memory://``), either with a ``precomputed://`` prefix, or a KVStore.
 
     ``compress_level``: gzip level (0-12, default 6) of the chunks this object writes to
     shards with gzip data encoding; readers need not know it.  ``cache_bytes``: decoded
@@ -86,18 +97,11 @@ class Volume(AsyncMethods):
         compress_level: int | None = None,
         cache_bytes: int | str | None = None,
     ) -> None:
-        if parallel is not None and (
-            isinstance(parallel, bool) or not isinstance(parallel, numbers.Integral) or parallel < 1
-        ):
-            raise InvalidArgumentError(f"parallel must be a positive integer, got {parallel!r}")
-        self._kv = open_store(url)
-        level = DEFAULT_LEVEL if compress_level is None else check_level(compress_level)
-        cache = cache_budget(cache_bytes, 0 if self._kv.local else DEFAULT_REMOTE_CACHE_BYTES)
-        self._options: dict[str, Any] = {
-            "fill_value": fill_value, "fill_missing": fill_missing, "bounded": bounded,
-            "parallel": parallel, "jpeg_quality": jpeg_quality, "compress_level": level,
-            "cache_bytes": cache,
-        }
+        self._kv = open_store(_without_prefix(url))
+        self._options = _checked_options(
+            self._kv, fill_value=fill_value, fill_missing=fill_missing, bounded=bounded,
+            parallel=parallel, jpeg_quality=jpeg_quality, compress_level=compress_level,
+            cache_bytes=cache_bytes)
         self._meta = read_info(self._kv)
         self._select(mip)
 
@@ -503,9 +507,7 @@ class Volume(AsyncMethods):
         or a sharding spec dict.  With ``overwrite=True`` an existing volume at
         ``url`` is replaced and its scales' data deleted.
         """
-        kv = open_store(url)
-        if options.get("compress_level") is not None:  # checked before anything is written
-            check_level(options["compress_level"])
+        kv = open_store(_without_prefix(url))
         cseg = encoding.lower() == "compressed_segmentation"
         if cseg and compressed_segmentation_block_size is None:
             compressed_segmentation_block_size = (8, 8, 8)
@@ -539,9 +541,8 @@ class Volume(AsyncMethods):
                 "scales": [scale.to_dict()],
             }
         )
-        get_codec(scale.encoding, dtype=dtype, num_channels=num_channels,
-                  compressed_segmentation_block_size=scale.compressed_segmentation_block_size,
-                  ).ensure_encoder()  # (a missing package is named before anything is written)
+        checked = _checked_options(kv, **options)  # (everything checked before anything is written)
+        _fill_value(checked["fill_value"], dtype, kv.url)
         with kv.lock(INFO_KEY):
             old = kv.get(INFO_KEY)
             if old is not None:
@@ -576,7 +577,8 @@ def make_scale(
     jpeg_quality: int | None = None,
     png_level: int | None = None,
 ) -> ScaleInfo:
-    """A validated ScaleInfo; ``sharding="auto"`` picks a spec for this geometry.
+    """A validated ScaleInfo, whose chunks this host can encode; ``sharding="auto"`` picks a
+    spec for this geometry.
 
     ``jpeg_quality`` / ``png_level`` are stored in the scale as TensorStore does.
     """
@@ -599,6 +601,10 @@ def make_scale(
     if encoding == "png" and png_level is not None:
         d["png_level"] = _integer(png_level)
     scale = ScaleInfo.from_dict(d, f"scale {d['key']}")
+    get_codec(scale.encoding, dtype=dtype, num_channels=num_channels,
+              compressed_segmentation_block_size=scale.compressed_segmentation_block_size,
+              jpeg_quality=jpeg_quality, png_level=png_level,
+              ).ensure_encoder()  # (a bad option or a missing package: before any write)
     if sharding == "auto":
         spec = auto_sharding(
             grid_size=scale.grid_size,
@@ -611,6 +617,33 @@ def make_scale(
     elif sharding is not None:
         raise InfoError(f"sharding must be None, 'auto' or a spec dict, got {sharding!r}")
     return ScaleInfo.from_dict(d, f"scale {d['key']}")
+
+
+def _checked_options(
+    kv: KVStore,
+    *,
+    fill_value: Any = 0,
+    fill_missing: bool = True,
+    bounded: bool = True,
+    parallel: int | None = None,
+    jpeg_quality: int | None = None,
+    compress_level: int | None = None,
+    cache_bytes: int | str | None = None,
+) -> dict[str, Any]:
+    """The options of a Volume on ``kv``, checked (the fill value is checked against the
+    data type where the info file is read); InvalidArgumentError names a bad one."""
+    if parallel is not None and (
+        isinstance(parallel, bool) or not isinstance(parallel, numbers.Integral) or parallel < 1
+    ):
+        raise InvalidArgumentError(f"parallel must be a positive integer, got {parallel!r}")
+    if jpeg_quality is not None:
+        get_codec("jpeg", dtype="uint8", num_channels=1, jpeg_quality=jpeg_quality)
+    return {
+        "fill_value": fill_value, "fill_missing": fill_missing, "bounded": bounded,
+        "parallel": parallel, "jpeg_quality": jpeg_quality,
+        "compress_level": DEFAULT_LEVEL if compress_level is None else check_level(compress_level),
+        "cache_bytes": cache_budget(cache_bytes, 0 if kv.local else DEFAULT_REMOTE_CACHE_BYTES),
+    }
 
 
 def _offset(offset: Sequence[int], spatial: int) -> tuple[Any, ...]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from shardvol._ext.hashing import murmurhash3_x86_128_u64
 from shardvol.errors import InfoError, InvalidArgumentError
+from shardvol.jsondoc import load_json
 
 SHARDING_TYPE = "neuroglancer_uint64_sharded_v1"
 HASHES = ("identity", "murmurhash3_x86_128")
@@ -117,11 +118,7 @@ class ShardingSpec:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ShardingSpec:
-        try:
-            d = json.loads(text)
-        except ValueError as e:
-            raise InfoError(f"sharding is not valid JSON: {e}") from None
-        return cls.from_dict(d)
+        return cls.from_dict(load_json(text, "sharding"))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())

@@ -20,6 +20,7 @@ import numpy as np
 
 from shardvol.array.values import cast_scalar
 from shardvol.errors import InfoError, InvalidArgumentError, UnsupportedCodecError
+from shardvol.jsondoc import load_json
 from shardvol.zarr3.codecs import (
     JSON,
     ArrayArrayCodec,
@@ -359,10 +360,7 @@ class ArrayMetadata:
     def from_json(cls, doc: JSON, source: str = ZARR_JSON) -> ArrayMetadata:
         """Parse a ``zarr.json`` document (dict, str or bytes); ``source`` names it in errors."""
         if isinstance(doc, (bytes, bytearray, memoryview, str)):
-            try:
-                doc = json.loads(bytes(doc) if not isinstance(doc, str) else doc)
-            except (ValueError, UnicodeDecodeError) as e:
-                raise InfoError(f"{source}: not valid JSON ({e})") from e
+            doc = load_json(doc, source)
         if not isinstance(doc, Mapping):
             raise InfoError(f"{source}: must be a JSON object, got {type(doc).__name__}")
         version = doc.get("zarr_format", 3)

@@ -33,6 +33,7 @@ from shardvol.errors import (
     InvalidKeyError,
     ReadOnlyStoreError,
 )
+from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.zarr3.array import ZarrArray, delete_chunks
 from shardvol.zarr3.chunkstore import ZarrChunkStore
@@ -56,10 +57,7 @@ def read_group(kv: KVStore) -> dict[str, Any]:
     raw = kv.get(ZARR_JSON)
     if raw is None:
         raise InfoError(f"no OME-Zarr image at {kv.url}: it has no {ZARR_JSON}")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InfoError(f"{source}: not valid JSON ({e})") from e
+    doc = load_json(raw, source)
     if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
         raise InfoError(f"{source}: an OME-Zarr 0.5 image is a Zarr v3 group (node_type 'group')")
     if not isinstance(doc.get("attributes", {}), Mapping):
@@ -348,8 +346,8 @@ def _delete_image(kv: KVStore) -> None:
     """Delete what an existing ``zarr.json`` describes: an array's chunks, or the levels an
     image group lists."""
     try:
-        doc = json.loads(kv.get(ZARR_JSON) or b"null")
-    except (ValueError, UnicodeDecodeError):
+        doc = load_json(kv.get(ZARR_JSON) or b"null", ZARR_JSON)
+    except InfoError:
         doc = None
     if not isinstance(doc, dict) or doc.get("node_type") != "group":
         delete_chunks(kv)  # an array, or unreadable: its chunks are named as an array's

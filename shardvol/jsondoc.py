@@ -1,0 +1,20 @@
+"""JSON metadata documents (``info``, ``zarr.json``, sharding specs) parsed with one rule:
+anything that is not a JSON document, however it fails, is an InfoError naming its source."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shardvol.errors import InfoError
+
+
+def load_json(text: str | bytes | bytearray | memoryview, source: str) -> Any:
+    """``text`` parsed; InfoError ``"<source>: ..."`` if it is not JSON, is not UTF-8, or
+    nests deeper than the parser can follow (100,000 ``[``: a RecursionError otherwise)."""
+    try:
+        return json.loads(bytes(text) if isinstance(text, (bytearray, memoryview)) else text)
+    except RecursionError:
+        raise InfoError(f"{source}: not valid JSON (nested too deeply to parse)") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InfoError(f"{source}: not valid JSON ({e})") from e
