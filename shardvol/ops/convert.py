@@ -61,7 +61,7 @@ from shardvol.ops.geometry import (
 )
 from shardvol.ops.tasks import check_reachable, run_tasks
 from shardvol.precomputed.sharded import ShardedChunkStore
-from shardvol.precomputed.volume import Volume, make_scale
+from shardvol.precomputed.volume import Volume, check_encoder, make_scale
 from shardvol.zarr3 import OmeZarrImage, ZarrArray
 from shardvol.zarr3 import create as create_zarr
 from shardvol.zarr3 import open as open_zarr
@@ -286,7 +286,8 @@ def _create_precomputed(
         for s in scales
     ]  # fmt: skip
     for p in params:
-        make_scale(**p, key=None, dtype=g.dtype, num_channels=g.num_channels)
+        scale = make_scale(**p, key=None, dtype=g.dtype, num_channels=g.num_channels)
+        check_encoder(scale, g.dtype, g.num_channels)
     vol = Volume.create(dst, type=g.layer_type, data_type=g.dtype.name,
                         num_channels=g.num_channels, overwrite=overwrite, **params[0])
     return [vol, *(vol.add_scale(**p) for p in params[1:])]

@@ -474,6 +474,7 @@ class Volume(AsyncMethods):
                 forget_shared((self._kv.url, scale.key))
             meta = meta.with_scale(scale)
             VolumeInfo.from_dict(meta.to_dict())  # validate the combination
+            check_encoder(scale, self.dtype, self.num_channels)
             self._kv.set(INFO_KEY, meta.to_json().encode())
         current = self.scale.key  # (scales are ordered by resolution: indexes may shift)
         self._meta = meta
@@ -514,9 +515,8 @@ class Volume(AsyncMethods):
         try:
             dtype = np.dtype(data_type.lower() if isinstance(data_type, str) else data_type)
         except TypeError:
-            dtype = None
-        if dtype is None or dtype.name not in DATA_TYPES:
-            raise InfoError(f"data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
+            raise InfoError(f"data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}"
+                            ) from None
         data_type = dtype.name
         scale = make_scale(
             resolution=resolution,
@@ -541,7 +541,9 @@ class Volume(AsyncMethods):
                 "scales": [scale.to_dict()],
             }
         )
-        checked = _checked_options(kv, **options)  # (everything checked before anything is written)
+        # everything is checked before anything is written
+        check_encoder(scale, dtype, num_channels)
+        checked = _checked_options(kv, **options)
         _fill_value(checked["fill_value"], dtype, kv.url)
         with kv.lock(INFO_KEY):
             old = kv.get(INFO_KEY)
@@ -577,12 +579,13 @@ def make_scale(
     jpeg_quality: int | None = None,
     png_level: int | None = None,
 ) -> ScaleInfo:
-    """A validated ScaleInfo, whose chunks this host can encode; ``sharding="auto"`` picks a
-    spec for this geometry.
+    """A validated ScaleInfo; ``sharding="auto"`` picks a spec for this geometry.
 
     ``jpeg_quality`` / ``png_level`` are stored in the scale as TensorStore does.
     """
     encoding = encoding.lower()
+    if np.dtype(dtype).name not in DATA_TYPES:
+        raise InfoError(f"data_type {np.dtype(dtype).name!r} is not one of {', '.join(DATA_TYPES)}")
     res = [float(r) if not float(r).is_integer() else int(r) for r in resolution]
     d: dict[str, Any] = {
         "key": key or resolution_key(tuple(res)),  # type: ignore[arg-type]  # 3 axes
@@ -601,10 +604,6 @@ def make_scale(
     if encoding == "png" and png_level is not None:
         d["png_level"] = _integer(png_level)
     scale = ScaleInfo.from_dict(d, f"scale {d['key']}")
-    get_codec(scale.encoding, dtype=dtype, num_channels=num_channels,
-              compressed_segmentation_block_size=scale.compressed_segmentation_block_size,
-              jpeg_quality=jpeg_quality, png_level=png_level,
-              ).ensure_encoder()  # (a bad option or a missing package: before any write)
     if sharding == "auto":
         spec = auto_sharding(
             grid_size=scale.grid_size,
@@ -617,6 +616,15 @@ def make_scale(
     elif sharding is not None:
         raise InfoError(f"sharding must be None, 'auto' or a spec dict, got {sharding!r}")
     return ScaleInfo.from_dict(d, f"scale {d['key']}")
+
+
+def check_encoder(scale: ScaleInfo, dtype: np.dtype, num_channels: int) -> None:
+    """Raise unless this host can encode the chunks of ``scale`` (its options, such as the
+    jpeg quality and png level, in range; the encoder's package installed)."""
+    get_codec(scale.encoding, dtype=dtype, num_channels=num_channels,
+              compressed_segmentation_block_size=scale.compressed_segmentation_block_size,
+              jpeg_quality=scale.extra.get("jpeg_quality"), png_level=scale.extra.get("png_level"),
+              ).ensure_encoder()
 
 
 def _checked_options(
