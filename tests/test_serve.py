@@ -12,7 +12,10 @@ import http.client
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -425,3 +428,205 @@ def test_the_access_log_escapes_control_characters(tmp_path):
         srv.server_close()
     assert lines and not any("\x1b" in line or "\x07" in line for line in lines)
     assert "\\x1b]0;owned\\x07" in lines[0]
+
+
+# ------------------------------------------------------- limits and hard edges
+@pytest.fixture
+def small_server(tmp_path):
+    """A server of a fresh directory with low limits; its log lines in ``srv.lines``."""
+    made = []
+
+    def make(**options):
+        lines = []
+        srv = VolumeServer(str(tmp_path), port=0, log=lines.append, **options)
+        srv.lines = lines
+        srv.start()
+        made.append(srv)
+        return srv
+
+    yield make
+    for srv in made:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _read_all(s: socket.socket) -> bytes:
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+def test_headers_have_a_deadline_however_slowly_they_trickle(small_server):
+    srv = small_server(header_timeout=1.0)
+    with socket.create_connection(srv.server_address[:2], timeout=10) as s:
+        start = time.monotonic()
+        closed = False
+        for byte in b"GET /x HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40:
+            try:
+                s.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            s.settimeout(0.25)  # a byte every 0.25 s: each read's own wait is short
+            try:
+                if s.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                pass
+        assert closed and time.monotonic() - start < 4
+    # an idle keep-alive connection is closed at the deadline too; a prompt one is served
+    with socket.create_connection(srv.server_address[:2], timeout=10) as s:
+        start = time.monotonic()
+        assert _read_all(s) == b"" and 0.5 < time.monotonic() - start < 4
+
+
+def test_connections_beyond_the_cap_get_503_not_a_hang(small_server, tmp_path):
+    (tmp_path / "f").write_bytes(b"hello")
+    srv = small_server(max_connections=3)
+    idle = [socket.create_connection(srv.server_address[:2], timeout=10) for _ in range(3)]
+    try:
+        time.sleep(0.2)
+        with socket.create_connection(srv.server_address[:2], timeout=10) as s:
+            s.sendall(b"GET /f HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _read_all(s).startswith(b"HTTP/1.1 503")
+    finally:
+        for s in idle:
+            s.close()
+    time.sleep(0.2)
+    status, _, body = request(srv, "GET", "/f")
+    assert (status, body) == (200, b"hello")
+    assert any("refused: 3 connections open" in line for line in srv.lines)
+
+
+def test_out_of_descriptors_the_server_neither_spins_nor_hangs(tmp_path):
+    """With 64 descriptors and 100 idle clients, a new client is answered at once and the
+    server stays idle (it spun, refusing everyone, when accept() failed with EMFILE)."""
+    import resource
+
+    (tmp_path / "f").write_bytes(b"hello")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardvol", "serve", str(tmp_path), "--port", "0", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
+    try:
+        line = proc.stdout.readline()
+        port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
+        idle = []
+        for _ in range(100):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        time.sleep(1.0)
+        ticks = os.sysconf("SC_CLK_TCK")
+
+        def cpu() -> float:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks
+
+        before = cpu()
+        time.sleep(2.0)
+        assert cpu() - before < 0.5
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /f HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert _read_all(s).startswith(b"HTTP/1.1 503")
+        for s in idle:
+            s.close()
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /f HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert _read_all(s).endswith(b"hello")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "Traceback" not in err
+
+
+def test_a_client_gone_mid_body_is_a_log_line_not_a_traceback(small_server, tmp_path, capfd):
+    (tmp_path / "big").write_bytes(os.urandom(64 << 20))
+    srv = small_server()
+    for _ in range(3):
+        with socket.create_connection(srv.server_address[:2], timeout=10) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.recv(1000)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    time.sleep(0.5)
+    assert "Traceback" not in capfd.readouterr().err
+    assert sum("connection ended" in line for line in srv.lines) == 3
+
+
+def test_a_body_on_a_get_is_never_read_as_a_request(server):
+    smuggled = b"GET /vol/data.bin HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(server.server_address[:2], timeout=10) as s:
+        s.sendall(b"GET /vol/info HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                  % len(smuggled) + smuggled)
+        data = _read_all(s)  # the server closes the connection: no hang
+    assert data.count(b"HTTP/1.1 ") == 1 and data.endswith(b'{"hello": "world"}')
+    assert b"Connection: close" in data
+
+
+def test_gz_inflated_as_sent_in_bounded_memory(small_server, tmp_path):
+    """A gzip file of 96 MiB of zeros (96 KiB stored) served to a client that does not take
+    gzip: exact bytes, ranges of them, and the server's Python allocations stay far below
+    the inflated size (it inflated the whole file in memory, per request)."""
+    import tracemalloc
+
+    plain = bytes(96 << 20)
+    (tmp_path / "zeros.gz").write_bytes(gzip.compress(plain, 9) + gzip.compress(b"tail"))
+    (tmp_path / "bad.gz").write_bytes(gzip.compress(b"x" * 1000)[:-30])
+    srv = small_server()
+    tracemalloc.start()
+    try:
+        status, headers, body = request(srv, "GET", "/zeros", {"Accept-Encoding": "identity"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 200 and body == plain + b"tail" and "content-encoding" not in headers
+    assert int(headers["content-length"]) == len(plain) + 4
+    assert peak - len(body) < 16 << 20
+    status, headers, body = request(srv, "GET", "/zeros", {"Range": f"bytes={len(plain) - 2}-"})
+    assert (status, body) == (206, b"\0\0tail")
+    assert headers["content-range"] == f"bytes {len(plain) - 2}-{len(plain) + 3}/{len(plain) + 4}"
+    status, headers, _ = request(srv, "HEAD", "/zeros")
+    assert status == 200 and headers["content-length"] == str(len(plain) + 4)
+    assert request(srv, "GET", "/bad", {"Accept-Encoding": "identity"})[0] == 500
+
+
+def test_brotli_and_zstd_copies_are_served_to_clients_that_take_them(small_server, tmp_path):
+    import brotli
+    import zstandard
+
+    plain = os.urandom(5000)
+    (tmp_path / "a.br").write_bytes(brotli.compress(plain))
+    (tmp_path / "b.zstd").write_bytes(zstandard.ZstdCompressor().compress(plain))
+    srv = small_server()
+    for name, coding, decode in (("a", "br", brotli.decompress),
+                                 ("b", "zstd", zstandard.ZstdDecompressor().decompress)):
+        status, headers, body = request(srv, "GET", f"/{name}",
+                                        {"Accept-Encoding": f"gzip, {coding}"})
+        assert status == 200 and headers["content-encoding"] == coding and decode(body) == plain
+        status, _, body = request(srv, "GET", f"/{name}", {"Accept-Encoding": "gzip"})
+        assert status == 406 and f"Accept-Encoding: {coding}" in body.decode()
+    # shardvol's own HTTP store reads them decoded
+    from shardvol.kvstore import open_store
+
+    assert open_store(srv.base_url).get("a") == plain
+
+
+def test_cors_origin_can_be_one_origin_or_none(small_server, tmp_path, capsys):
+    (tmp_path / "f").write_bytes(b"x")
+    one = small_server(cors_origin="https://neuroglancer-demo.appspot.com")
+    _, headers, _ = request(one, "GET", "/f")
+    assert headers["access-control-allow-origin"] == "https://neuroglancer-demo.appspot.com"
+    assert "Origin" in headers["vary"]
+    none = small_server(cors_origin=None)
+    _, headers, _ = request(none, "GET", "/f")
+    assert "access-control-allow-origin" not in headers
+    status, headers, _ = request(none, "OPTIONS", "/f",
+                                 {"Access-Control-Request-Private-Network": "true"})
+    assert status == 204 and "access-control-allow-private-network" not in headers
+    from shardvol.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="cors_origin"):
+        VolumeServer(str(tmp_path), port=0, cors_origin="https://x.org\r\nX-Evil: 1")

@@ -8,44 +8,59 @@ files is blocking I/O that threads handle well.  What it adds to the standard ha
   416 with ``Content-Range: bytes */SIZE`` when unsatisfiable; several ranges at once are
   answered with the whole file (200), which HTTP allows.
 - CORS: every response (errors included, so a browser can see a 404 as "missing") carries
-  ``Access-Control-Allow-Origin: *`` and exposes ``Content-Range``, ``Content-Length``,
-  ``Content-Encoding`` and ``Accept-Ranges``; ``OPTIONS`` preflights are answered with 204
-  (allowing Chrome's private-network preflight, so a hosted Neuroglancer can read it).
+  ``Access-Control-Allow-Origin`` (``*`` unless the server is given one origin, or none)
+  and exposes ``Content-Range``, ``Content-Length``, ``Content-Encoding`` and
+  ``Accept-Ranges``; ``OPTIONS`` preflights are answered with 204 (allowing Chrome's
+  private-network preflight, so a hosted Neuroglancer can read it).  With ``*``, any web
+  page open in the user's browser can read what is served, also from a server on
+  127.0.0.1: give the one origin that should (``cors_origin``) where that matters.
 - A strong ``ETag`` for plain files (inode, modification time and size: a file replaced by
   rename gets a new one), and ``If-Match``: a request whose tags do not include it gets 412,
   so a reader that relies on an earlier read of the file notices that it was replaced.
-- A file stored as ``NAME.gz`` (CloudVolume's gzip chunks) is served under ``NAME`` when
-  ``NAME`` is absent: whole with ``Content-Encoding: gzip`` if the client accepts gzip, else
-  decompressed; a Range request on it gets the range of the decompressed bytes.
+- A file stored as ``NAME.gz``, ``NAME.br`` or ``NAME.zstd`` (CloudVolume's compressed
+  chunks) is served under ``NAME`` when ``NAME`` is absent: whole with that
+  ``Content-Encoding`` if the client accepts it; a gzip file is else inflated as it is sent
+  (a Range request gets the range of the inflated bytes), the others are 406 Not
+  Acceptable (see :mod:`shardvol.ops.serve_encoded`).
+- Limits: a request's line and headers must arrive within ``header_timeout`` seconds of
+  the wait for it (an idle keep-alive connection is closed then too); at most
+  ``max_connections`` connections are served at once (by default about half the file
+  descriptors the process may open), and one more is answered 503 and closed; a request
+  that carries a body (which no GET needs) is answered, then its connection closed, so
+  the body is never read as a request.  A client that goes away mid-answer is a line in
+  the log, not a traceback.
 - Read-only (405 for ``POST``/``PUT``/``DELETE``/...), and nothing outside the root: ``..``,
   ``.``, encoded slashes or backslashes, NUL bytes and symlinks that leave the root are 404.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import mimetypes
 import os
 import re
+import resource
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import BinaryIO, Literal, cast
+from typing import Any, BinaryIO, Literal, cast
 
-from shardvol.compression import gzip_decompress
-from shardvol.errors import ChunkDecodeError
+from shardvol.errors import InvalidArgumentError
+from shardvol.ops.serve_encoded import CorruptFile, accepts, inflated_size, send_range, siblings
 
 _RANGE = re.compile(r"bytes=(\d{0,19})-(\d{0,19})$")  # (more digits: no offset of a file)
-_CORS = (
-    ("Access-Control-Allow-Origin", "*"),
-    ("Access-Control-Expose-Headers",
-     "Content-Range, Content-Length, Content-Encoding, Accept-Ranges, ETag"),
-)
+_EXPOSED = "Content-Range, Content-Length, Content-Encoding, Accept-Ranges, ETag"
+_ORIGIN = re.compile(r"\*|https?://[A-Za-z0-9.-]+(:\d{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:\d{1,5})?")
+HEADER_TIMEOUT = 30.0  # seconds for a request's line and headers, from the wait for it
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n"
+         b"Connection: close\r\n\r\n")
 _ALLOWED = "GET, HEAD, OPTIONS"
 _PREFLIGHT_MAX_AGE = "86400"
 # Markers of volumes (directory -> Neuroglancer data source scheme).
@@ -99,25 +114,6 @@ def _if_match(header: str | None, etag: str) -> bool:
     return etag in (t.strip() for t in header.split(","))
 
 
-def _accepts_gzip(header: str) -> bool:
-    """Whether an ``Accept-Encoding`` header accepts gzip: with q > 0, named (gzip, x-gzip)
-    or else through ``*`` (RFC 9110 12.5.3)."""
-    weights: dict[str, float] = {}
-    for item in header.lower().split(","):
-        coding, _, params = item.partition(";")
-        q = 1.0
-        for param in params.split(";"):
-            name, _, value = param.partition("=")
-            if name.strip() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        weights[coding.strip()] = q
-    named = [weights[c] for c in ("gzip", "x-gzip") if c in weights]
-    return max(named) > 0 if named else weights.get("*", 0.0) > 0
-
-
 def parse_range(header: str, size: int) -> tuple[int, int] | Literal[False] | None:
     """``(start, stop)`` of a single-range ``Range`` header for a body of ``size`` bytes.
 
@@ -143,18 +139,67 @@ def parse_range(header: str, size: int) -> tuple[int, int] | Literal[False] | No
     return start, stop
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A connection's bytes, each wait for them bounded by the handler's deadline (while it
+    has one) or its timeout: a client sending a byte at a time cannot stretch its headers
+    past the deadline, as it could a timeout per read."""
+
+    def __init__(self, handler: VolumeRequestHandler) -> None:
+        self.handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        h = self.handler
+        wait: float = h.timeout
+        if h.deadline is not None:
+            wait = min(wait, h.deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError("the request's headers took too long")
+        h.connection.settimeout(wait)
+        return h.connection.recv_into(buffer)
+
+
 class VolumeRequestHandler(BaseHTTPRequestHandler):
     """Serves the files below ``server.root``; see the module docstring."""
 
     protocol_version = "HTTP/1.1"
     server_version = "shardvol-serve"
-    timeout = 120  # seconds an idle keep-alive connection may hold its thread
+    timeout = 120  # seconds a response may wait on a client that does not read
     server: VolumeServer
+    deadline: float | None = None  # (monotonic) when the headers being read must be in
+    _has_body = False  # the request carries a body (left unread: the connection closes)
 
     # ---------------------------------------------------------------- plumbing
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = io.BufferedReader(_DeadlineReader(self))
+
+    def handle_one_request(self) -> None:
+        self.deadline = time.monotonic() + self.server.header_timeout
+        self._has_body = False
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.deadline = None
+        self.connection.settimeout(self.timeout)
+        if ok and (self.headers.get("Transfer-Encoding")
+                   or self.headers.get("Content-Length", "0").strip() not in ("", "0")):
+            # a body: answered, never read (nor taken for the next request)
+            self._has_body = self.close_connection = True
+        return ok
+
     def end_headers(self) -> None:
-        for name, value in _CORS:
-            self.send_header(name, value)
+        origin = self.server.cors_origin
+        if origin is not None:
+            self.send_header("Access-Control-Allow-Origin", origin)
+            self.send_header("Access-Control-Expose-Headers", _EXPOSED)
+            if origin != "*":
+                self.send_header("Vary", "Origin")
+        if self._has_body:
+            self.send_header("Connection", "close")
         super().end_headers()
 
     def log_message(self, format: str, *args: object) -> None:
@@ -206,7 +251,8 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
             ("Access-Control-Allow-Headers", requested or "Range"),
             ("Access-Control-Max-Age", _PREFLIGHT_MAX_AGE),
         ]
-        if self.headers.get("Access-Control-Request-Private-Network") == "true":
+        if (self.server.cors_origin is not None
+                and self.headers.get("Access-Control-Request-Private-Network") == "true"):
             # Chrome asks before a public page (e.g. a hosted Neuroglancer) reads a local server
             headers.append(("Access-Control-Allow-Private-Network", "true"))
         self._send_empty(HTTPStatus.NO_CONTENT, tuple(headers))
@@ -233,21 +279,20 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
             path = resolve(self.server.root, self.path)
         except UnicodeDecodeError:
             path = None
-        encoded = False
+        coding = None
         if path is None:
-            path = self._gz_sibling()
-            encoded = path is not None
+            coding, path = self._sibling()
         if path is None:
             self.send_error(HTTPStatus.NOT_FOUND)
             return
         try:
             with open(path, "rb") as f:
-                if encoded:
+                if coding is not None:
                     if self.headers.get("If-Match", "*").strip() != "*":
                         # NAME.gz responses carry no ETag: no tag a client holds is current
                         self._send_empty(HTTPStatus.PRECONDITION_FAILED)
                         return
-                    self._serve_gz(f, body)
+                    self._serve_encoded(f, coding, body)
                     return
                 st = os.fstat(f.fileno())
                 etag = f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
@@ -259,31 +304,48 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
         except FileNotFoundError:  # removed since resolve() saw it
             self.send_error(HTTPStatus.NOT_FOUND)
 
-    def _gz_sibling(self) -> str | None:
-        """The real path of ``PATH.gz`` for a request of ``PATH`` (which does not exist)."""
+    def _sibling(self) -> tuple[str | None, str | None]:
+        """The coding and real path of a compressed copy (``PATH.gz``, ...) of ``PATH``,
+        which does not exist; (None, None) if there is none."""
         target = self.path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
-        if not target or target.endswith(".gz"):
-            return None
-        try:
-            return resolve(self.server.root, target + ".gz")
-        except UnicodeDecodeError:
-            return None
+        if not target:
+            return None, None
+        for coding, name in siblings(target):
+            try:
+                path = resolve(self.server.root, name)
+            except UnicodeDecodeError:
+                return None, None
+            if path is not None:
+                return coding, path
+        return None, None
 
-    def _serve_gz(self, f: BinaryIO, body: bool) -> None:
+    def _serve_encoded(self, f: BinaryIO, coding: str, body: bool) -> None:
+        vary = ("Vary", "Accept-Encoding")
         rng = self.headers.get("Range")
-        accepts = _accepts_gzip(self.headers.get("Accept-Encoding", ""))
-        if accepts and rng is None:
+        if rng is None and accepts(self.headers.get("Accept-Encoding", ""), coding):
             self._send_file(f, os.fstat(f.fileno()).st_size, body, "application/octet-stream",
-                            (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")))
+                            (("Content-Encoding", coding), vary))
+            return
+        if coding != "gzip":
+            self.send_error(HTTPStatus.NOT_ACCEPTABLE,
+                            f"stored {coding}-compressed: ask for all of it, with "
+                            f"Accept-Encoding: {coding}")
             return
         try:
-            data = gzip_decompress(f.read(), self.path, ChunkDecodeError)
-        except ChunkDecodeError as e:
-            self.log_error("%s", e)
+            size = inflated_size(f)
+        except CorruptFile as e:
+            self.log_error("%s: %s", self.path, e)
             self.send_error(HTTPStatus.INTERNAL_SERVER_ERROR, "corrupt gzip file")
             return
-        self._send_file(io.BytesIO(data), len(data), body, "application/octet-stream",
-                        (("Vary", "Accept-Encoding"),))
+        span = self._send_headers(size, "application/octet-stream", (vary,))
+        if span is None or not body or span[0] == span[1]:
+            return
+        self.wfile.flush()
+        try:
+            send_range(f, *span, self.wfile.write)
+        except CorruptFile as e:  # (changed since it was measured): the body is cut short
+            self.log_error("%s: %s", self.path, e)
+            self.close_connection = True
 
     @staticmethod
     def _content_type(path: str) -> str:
@@ -294,6 +356,14 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
 
     def _send_file(self, f: BinaryIO, size: int, body: bool, content_type: str,
                    extra: tuple[tuple[str, str], ...] = ()) -> None:
+        span = self._send_headers(size, content_type, extra)
+        if span is not None and body and span[1] > span[0]:
+            self._copy(f, span[0], span[1] - span[0])
+
+    def _send_headers(self, size: int, content_type: str,
+                      extra: tuple[tuple[str, str], ...] = ()) -> tuple[int, int] | None:
+        """The status and headers of a body of ``size`` bytes, or of the range of it the
+        request asks for: ``(start, stop)`` of what to send, None if answered (416)."""
         start, stop, status = 0, size, HTTPStatus.OK
         header = self.headers.get("Range")
         if header is not None:
@@ -301,7 +371,7 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
             if rng is False:
                 self._send_empty(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
                                  (("Content-Range", f"bytes */{size}"),))
-                return
+                return None
             if rng is not None:
                 start, stop = rng
                 status = HTTPStatus.PARTIAL_CONTENT
@@ -314,8 +384,7 @@ class VolumeRequestHandler(BaseHTTPRequestHandler):
         for name, value in extra:
             self.send_header(name, value)
         self._end_headers_logged(status, stop - start)
-        if body and stop > start:
-            self._copy(f, start, stop - start)
+        return start, stop
 
     def _copy(self, f: BinaryIO, offset: int, count: int) -> None:
         self.wfile.flush()
@@ -338,7 +407,11 @@ class VolumeServer(ThreadingHTTPServer):
     """A threaded server of the files below ``root``.
 
     ``on_request(access)`` is called after every answered request (from the handler's
-    thread); ``log`` receives access-log lines (None: no log).
+    thread); ``log`` receives access-log lines (None: no log).  ``cors_origin``: the
+    ``Access-Control-Allow-Origin`` of every response (``*``: any page; None: no CORS
+    headers, so browsers let no other origin read).  ``max_connections`` (default: about
+    half the file descriptors this process may open) and ``header_timeout``: see the
+    module's doc.
     """
 
     daemon_threads = True
@@ -351,6 +424,9 @@ class VolumeServer(ThreadingHTTPServer):
         port: int = 8080,
         log: Callable[[str], None] | None = None,
         on_request: Callable[[Access], None] | None = None,
+        cors_origin: str | None = "*",
+        max_connections: int | None = None,
+        header_timeout: float = HEADER_TIMEOUT,
     ) -> None:
         self.root = os.path.realpath(root)
         if not os.path.isdir(self.root):
@@ -358,8 +434,52 @@ class VolumeServer(ThreadingHTTPServer):
         self._log = log
         self._log_lock = threading.Lock()  # handler threads must not interleave lines
         self._on_request = on_request
+        if cors_origin is not None and not _ORIGIN.fullmatch(cors_origin):
+            raise InvalidArgumentError(
+                f"cors_origin must be '*' or an origin such as https://host[:port], "
+                f"got {cors_origin!r}")
+        self.cors_origin = cors_origin
+        self.header_timeout = header_timeout
+        self.max_connections = max_connections or _default_max_connections()
+        self._slots = threading.BoundedSemaphore(self.max_connections)
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), VolumeRequestHandler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                time.sleep(0.05)  # (out of descriptors: wait for some to close, not spin)
+            raise
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while there are fewer than ``max_connections``; else
+        503 and close."""
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.setblocking(False)
+                request.send(_BUSY)
+            except OSError:
+                pass
+            self.log(f"{client_address[0]} refused: {self.max_connections} connections open")
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone (or too slow) is a log line; anything else a traceback as usual."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            self.log(f"{client_address[0]} connection ended: {error}")
+            return
+        super().handle_error(request, client_address)
 
     def log(self, line: str) -> None:
         if self._log is not None:
@@ -390,6 +510,15 @@ class VolumeServer(ThreadingHTTPServer):
         thread = threading.Thread(target=self.serve_forever, name="shardvol-serve", daemon=True)
         thread.start()
         return thread
+
+
+def _default_max_connections() -> int:
+    """About half the descriptors left to the process (each connection may hold a socket
+    and a file), at most 512."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 512
+    return max(1, min(512, (soft - 32) // 2))
 
 
 def find_volumes(root: str, max_depth: int = _MAX_SCAN_DEPTH) -> Iterator[tuple[str, str]]:
@@ -426,10 +555,10 @@ def source_url(base_url: str, scheme: str, rel: str) -> str:
 
 
 def serve(root: str, host: str = "127.0.0.1", port: int = 8080, quiet: bool = False,
-          out: Callable[[str], None] = print) -> None:
+          out: Callable[[str], None] = print, cors_origin: str | None = "*") -> None:
     """Serve ``root`` until interrupted, printing the Neuroglancer sources found there."""
     log = None if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    with VolumeServer(root, host, port, log=log) as server:
+    with VolumeServer(root, host, port, log=log, cors_origin=cors_origin) as server:
         volumes = list(find_volumes(server.root))
         out(f"serving {server.root} at {server.base_url}/ (Ctrl-C to stop)")
         if volumes:
