@@ -16,6 +16,8 @@ from typing import Literal
 import numpy as np
 
 import shardvol
+from shardvol.kvstore import open_store
+from shardvol.ops.ts_spec import tensorstore_kvstore, within_timeout
 
 
 def _timed(label: str, fn, nbytes: int):
@@ -31,9 +33,10 @@ def _tensorstore_read(path: str, scale_index: int = 0) -> np.ndarray | None:
         import tensorstore as ts
     except ImportError:
         return None
-    spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": path},
-            "scale_index": scale_index}
-    return ts.open(spec).result().read().result()
+    spec = {"driver": "neuroglancer_precomputed", "scale_index": scale_index,
+            "kvstore": tensorstore_kvstore(open_store(path))}
+    return within_timeout(within_timeout(ts.open(spec).result, "open the volume").read().result,
+                          "read the volume")
 
 
 #: tensorstore.downsample's methods
@@ -45,8 +48,10 @@ def _tensorstore_downsample(path: str, factor, method: _Method) -> np.ndarray | 
         import tensorstore as ts
     except ImportError:
         return None
-    spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": path}}
-    return ts.downsample(ts.open(spec).result(), [*factor, 1], method).read().result()
+    spec = {"driver": "neuroglancer_precomputed", "kvstore": tensorstore_kvstore(open_store(path))}
+    opened = within_timeout(ts.open(spec).result, "open the volume")
+    return within_timeout(ts.downsample(opened, [*factor, 1], method).read().result,
+                          "downsample the volume")
 
 
 def _check_pyramid(path: str, mips, factor, method: _Method) -> None:

@@ -81,6 +81,15 @@ class AlreadyExistsError(ShardvolError, FileExistsError):
     """Creating something that exists already, without ``overwrite=True``."""
 
 
+class JobConflictError(AlreadyExistsError):
+    """A destination holds an unfinished job other than the one started there."""
+
+
+class TaskError(ShardvolError, RuntimeError):
+    """A task of a job failed (its worker lost, or an error that names no unit itself); the
+    message names the task's unit and store."""
+
+
 class WriteConflictError(ShardvolError, RuntimeError):
     """Another writer changed a file between our read and our write."""
 
@@ -108,3 +117,14 @@ class VersionChangedError(StoreError):
     def __init__(self, message: str, key: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class IncompleteWarning(UserWarning):
+    """What is being opened is written by a job that has not finished (its missing parts
+    read as the fill value): run the job again to finish it."""
+
+
+class StagedPyramidWarning(UserWarning):
+    """A pyramid's coarser mips are pooled from a finer new mip rather than from the source
+    (it did not fit the memory limit in one pass): with mean or mode pooling their values
+    can differ from pooling the source directly."""

@@ -176,7 +176,7 @@ def test_deeply_nested_metadata_is_an_info_error(capsys, tmp_path, name):
         with pytest.raises(InfoError, match=f"{tmp_path}/info: not valid JSON"):
             Volume(str(tmp_path))
     else:
-        with pytest.raises(InfoError, match="zarr.json: not valid JSON"):
+        with pytest.raises(InfoError, match=r"zarr\.json: not valid JSON"):
             shardvol.zarr3.open(str(tmp_path))
 
 

@@ -148,5 +148,5 @@ def test_reads_s3_objects_with_content_encoding(s3, monkeypatch, encoding, compr
         np.testing.assert_array_equal(vol[...], data)
         np.testing.assert_array_equal(vol[4:30, 1:31, 2:19], data[1:27, 1:31, 2:19])
         key = f"{vol.scale.key}/3-23_0-16_0-10"
-        with pytest.raises(StoreError, match="Content-Encoding .*byte range"):
+        with pytest.raises(StoreError, match=r"Content-Encoding .*byte range"):
             vol.store.get(key, (0, 10))

@@ -16,7 +16,13 @@ import numpy as np
 import pytest
 
 from shardvol import Volume
-from shardvol.errors import LockLostError, LockTimeoutError, StoreError, VersionChangedError
+from shardvol.errors import (
+    InvalidArgumentError,
+    LockLostError,
+    LockTimeoutError,
+    StoreError,
+    VersionChangedError,
+)
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.lease import acquire, lease_path
 
@@ -84,6 +90,23 @@ def _increment(url: str, n: int) -> None:
             v = int(s.get("counter"))
             time.sleep(0.005)  # widen the window a lost update would need
             s.set("counter", str(v + 1).encode())
+
+
+def test_a_waiter_says_what_it_waits_for_and_until_when(bucket, caplog, monkeypatch):
+    """After 2 s a waiter names the lock, its holder and when the lease of a dead holder
+    runs out; the lease time is SHARDVOL_LEASE_TTL's."""
+    monkeypatch.setenv("SHARDVOL_LEASE_TTL", "2.5")
+    s = FsspecStore(bucket)
+    assert s.lease_ttl == 2.5
+    _holder_object(s, "k", ttl=2.5)
+    with caplog.at_level("WARNING", logger="shardvol"), s.lock("k"):
+        pass
+    lines = [r.getMessage() for r in caplog.records if r.name == "shardvol"]
+    assert len(lines) == 1 and "held by host9 pid 1 thread 1 since 2026-01-01" in lines[0]
+    assert re.search(r"lease of 2.5 s runs out unrenewed at \d\d:\d\d:\d\d", lines[0])
+    monkeypatch.setenv("SHARDVOL_LEASE_TTL", "soon")
+    with pytest.raises(InvalidArgumentError, match="SHARDVOL_LEASE_TTL"):
+        FsspecStore(bucket)
 
 
 def test_stale_lease_of_a_dead_holder_is_taken_over(bucket):
@@ -420,3 +443,16 @@ def test_an_unreachable_endpoint_is_a_store_error_for_every_operation(monkeypatc
                       lambda: store.delete("k"), store.list, lambda: store.lock("k").__enter__()):
         with pytest.raises(StoreError, match="nowhere"):
             operation()
+
+
+def test_verify_reads_s3_through_the_same_endpoint(bucket, capsys):
+    """TensorStore, the oracle of verify, reads moto's objects at AWS_ENDPOINT_URL (it hung
+    for minutes on AWS itself before)."""
+    from shardvol.cli import main
+
+    url = f"{bucket}/v"
+    vol = Volume.create(url, size=(48, 40, 20), chunk_size=(16, 16, 8), data_type="uint16",
+                        sharding="auto")
+    vol[...] = np.random.default_rng(3).integers(0, 999, vol.shape, dtype=np.uint16)
+    assert main(["verify", url, "--samples", "3"]) == 0
+    assert "OK: every region read the same" in capsys.readouterr().err

@@ -513,9 +513,7 @@ def test_out_of_descriptors_the_server_neither_spins_nor_hangs(tmp_path):
     try:
         line = proc.stdout.readline()
         port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
-        idle = []
-        for _ in range(100):
-            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(100)]
         time.sleep(1.0)
         ticks = os.sysconf("SC_CLK_TCK")
 

@@ -38,6 +38,15 @@ from shardvol.array.engine import ChunkedArray
 from shardvol.array.grid import grow_block
 from shardvol.array.indexing import AxisSelection, normalize_selection
 from shardvol.errors import InvalidArgumentError, OutOfBoundsError
+from shardvol.kvstore import KVStore
+from shardvol.kvstore.job_record import (
+    begin_job,
+    clear_job,
+    done_tasks,
+    mark_done,
+    preparing,
+    within_job,
+)
 
 if TYPE_CHECKING:
     import dask.array
@@ -237,6 +246,9 @@ def store(
     engine: ChunkedArray,
     unit_shape: Sequence[int] | None,
     block_bytes: int | None = None,
+    job: KVStore | None = None,
+    target: str = "",
+    overwrite: bool = False,
 ) -> Delayed:
     """A ``Delayed`` that writes ``array`` into ``source`` at index ``offset`` (checked by
     :func:`check_value` first).  ``unit_shape``: the shape of a storage unit when units are
@@ -248,6 +260,12 @@ def store(
     are (a slice of a block on the block's worker), not a rechunked array: the engine puts
     parts that share a chunk together (Dask's rechunk would first copy them into
     C-ordered blocks, slowly for a Volume's Fortran-ordered ones).
+
+    ``job``: the store to keep the write's job record in (see
+    :mod:`shardvol.kvstore.job_record`; ``target`` names what it writes): each task marks
+    its units done, the last task removes the record, and the same write run again after an
+    interruption (the same Dask array, by its name, at the same place) writes only the
+    units not marked; another unfinished write there is refused unless ``overwrite``.
     """
     import dask
     from dask.base import tokenize
@@ -266,6 +284,15 @@ def store(
                   for coords in engine.store.units(list(by_coord)).values()]
     if not array.size:
         groups = []
+    done: set[str] = set()
+    if job is not None:
+        params = {"array": array.name, "shape": list(array.shape), "dtype": array.dtype.str,
+                  "offset": list(off), "target": target}
+        with preparing(job) as prep:
+            found = begin_job(job, "write", params, len(groups), (target,) if target else (),
+                              overwrite=overwrite)
+            prep.new = found is None
+        done = done_tasks(job) if found is not None else set()
     blocks = array.to_delayed()
     edges = [np.cumsum((0, *c)).tolist() for c in array.chunks]
     take = dask.delayed(operator.getitem, pure=True)
@@ -273,6 +300,9 @@ def store(
     name = f"shardvol-write-{tokenize(source, array.name, off)}"
     writes = []
     for n, group in enumerate(groups):
+        unit = _unit_name(group, off)
+        if unit in done:
+            continue
         pieces = []
         for box in group:
             # the blocks the box meets, and the part of each in the box
@@ -288,18 +318,31 @@ def store(
                 value = blocks[index] if whole else take(blocks[index], local)
                 key = tuple(slice(o + a, o + b) for o, (a, b) in zip(off, part))
                 pieces.append((key, value))
-        writes.append(write(source, pieces, dask_key_name=(name, n)))
-    return dask.delayed(_finish, pure=True)(writes, dask_key_name=f"{name}-done")
+        mark = None if job is None else (job, unit)
+        writes.append(write(source, pieces, mark, dask_key_name=(name, n)))
+    return dask.delayed(_finish, pure=True)(writes, job, dask_key_name=f"{name}-done")
 
 
-def _write(source: Source, pieces: list[tuple[tuple[slice, ...], np.ndarray]]) -> int:
+def _unit_name(group: list[tuple[tuple[int, int], ...]], offset: Sequence[int]) -> str:
+    """The mark of a task's units: a digest of its boxes (in the target's indices)."""
+    boxes = [[(o + lo, o + hi) for o, (lo, hi) in zip(offset, box)] for box in group]
+    return hashlib.sha256(repr(boxes).encode()).hexdigest()[:32]
+
+
+def _write(source: Source, pieces: list[tuple[tuple[slice, ...], np.ndarray]],
+           mark: tuple[KVStore, str] | None = None) -> int:
     """One task: write its pieces (whole storage units, and parts of units no other task
-    writes); returns the number of elements written."""
-    source.write_many(pieces)
+    writes), then mark them done; returns the number of elements written."""
+    with within_job():
+        source.write_many(pieces)
+    if mark is not None:
+        mark_done(*mark)
     return sum(int(v.size) for _, v in pieces)
 
 
-def _finish(counts: list[int]) -> int:
+def _finish(counts: list[int], job: KVStore | None = None) -> int:
+    if job is not None:
+        clear_job(job)
     return sum(counts)
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any, TypeVar
 
 from tqdm import tqdm
 
-from shardvol.errors import InfoError
+from shardvol.errors import InfoError, ShardvolError
 from shardvol.jsondoc import load_json
 
 T = TypeVar("T")
@@ -36,6 +38,39 @@ def command(subparsers: Any, name: str, run: Callable[[argparse.Namespace], int 
     )
     parser.set_defaults(run=run, parser=parser)
     return parser
+
+
+def executor_args(parser: argparse.ArgumentParser) -> None:
+    """``--processes N`` and ``--scheduler ADDRESS``: where a job's tasks run."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--processes", type=positive_int, metavar="N",
+                       help="run the tasks in N local worker processes (default: threads of "
+                            "this process)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run the tasks on the Dask cluster of this scheduler "
+                            "(tcp://host:8786; pip install shardvol[dask])")
+
+
+@contextlib.contextmanager
+def executor(args: argparse.Namespace) -> Iterator[Executor | None]:
+    """The executor ``--processes`` / ``--scheduler`` ask for (None: threads here)."""
+    if getattr(args, "processes", None):
+        with ProcessPoolExecutor(args.processes) as pool:
+            yield pool
+    elif getattr(args, "scheduler", None):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ShardvolError("--scheduler needs Dask: pip install shardvol[dask]") from None
+        try:
+            client = Client(args.scheduler, timeout=30)
+        except OSError as e:
+            raise ShardvolError(f"cannot reach the Dask scheduler {args.scheduler}: {e}"
+                                ) from None
+        with client:
+            yield client.get_executor()
+    else:
+        yield None
 
 
 def progress(items: Iterable[T], quiet: bool, **kwargs: Any) -> Iterator[T]:

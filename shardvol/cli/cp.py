@@ -5,6 +5,10 @@ Re-chunks, re-encodes, shards or unshards, across stores and formats (precompute
 Zarr v3 sharded <-> OME-Zarr 0.5), streaming whole output shards in parallel.  Between
 precomputed and OME-Zarr every scale is copied (unless --mip names one); otherwise the
 finest scale.
+
+An interrupted copy (Ctrl-C, a killed process or machine) is finished by running the same
+command again: it writes only what is not done.  Until then ``shardvol info`` and
+``shardvol verify`` say the destination is incomplete.
 """
 
 from __future__ import annotations
@@ -12,7 +16,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardvol.cli.common import command, note, positive_int, sharding_arg
+from shardvol.cli.common import (
+    command,
+    executor,
+    executor_args,
+    note,
+    positive_int,
+    sharding_arg,
+)
 from shardvol.ops.convert import copy
 from shardvol.precomputed.info import ENCODINGS
 
@@ -40,16 +51,18 @@ def register(subparsers: Any) -> None:
                    help="gzip level of precomputed shard data with gzip data encoding (6)")
     p.add_argument("--inner-chunk-shape", type=positive_int, nargs="+", metavar="N",
                    help="zarr3 / ome-zarr inner chunk shape")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing destination")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing destination (or an unfinished other copy there)")
+    executor_args(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = copy(
-        args.src, args.dst, mip=args.mip, format=args.format, encoding=args.encoding,
-        sharding=args.sharding, chunk_size=args.chunk_size,
-        inner_chunk_shape=args.inner_chunk_shape, compress_level=args.compress_level,
-        progress=not args.quiet,
-        overwrite=args.overwrite,
-    )
+    with executor(args) as ex:
+        out = copy(
+            args.src, args.dst, mip=args.mip, format=args.format, encoding=args.encoding,
+            sharding=args.sharding, chunk_size=args.chunk_size,
+            inner_chunk_shape=args.inner_chunk_shape, compress_level=args.compress_level,
+            executor=ex, progress=not args.quiet, overwrite=args.overwrite,
+        )
     note(args, f"copied {args.src} -> {out!r}")
     return 0

@@ -12,6 +12,7 @@ from shardvol.errors import InfoError, StoreError
 from shardvol.formats import split_format
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, PrefixStore, open_store, url_scheme
+from shardvol.kvstore.job_record import job_status
 from shardvol.precomputed.volume import INFO_KEY, read_info
 from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.zarr3 import ZARR_JSON, ArrayMetadata, OmeZarrImage
@@ -43,13 +44,24 @@ def describe(url: str, count: bool = True) -> dict[str, Any]:
     fmt, rest = split_format(url)  # (a precomputed:// or zarr3:// prefix names the format)
     kv = open_store(rest)
     if fmt in (None, "precomputed") and kv.exists(INFO_KEY):
-        return _describe_precomputed(kv, count)
+        return _with_job(kv, _describe_precomputed(kv, count))
     raw = kv.get(ZARR_JSON) if fmt in (None, "zarr3") else None
     if raw is not None:
-        return _describe_zarr3(kv, raw, count)
+        return _with_job(kv, _describe_zarr3(kv, raw, count))
     wanted = {None: "neither an 'info' nor a 'zarr.json' file", "precomputed": "no 'info' file",
               "zarr3": "no 'zarr.json' file"}[fmt]
     raise InfoError(f"no volume at {kv.url}: {wanted}")
+
+
+def _with_job(kv: KVStore, desc: dict[str, Any]) -> dict[str, Any]:
+    """``desc`` with the unfinished job writing there, if any (``incomplete``)."""
+    status = job_status(kv)
+    if status is not None:
+        r = status.record
+        desc["incomplete"] = {"summary": str(status), "job": r.kind, "done": status.done,
+                              "tasks": r.tasks, "started": r.started, "host": r.host,
+                              "targets": list(r.targets) or None}
+    return desc
 
 
 def _count_files(kv: KVStore) -> dict[str, int] | None:
@@ -177,6 +189,17 @@ def _stored(d: dict[str, Any], sharded: bool) -> str:
 
 def render(desc: dict[str, Any]) -> str:
     """The description as text for a terminal."""
+    text = _render(desc)
+    job = desc.get("incomplete")
+    if job is None:
+        return text
+    first, _, rest = text.partition("\n")
+    targets = f" (writes {', '.join(job['targets'])})" if job["targets"] else ""
+    return (f"{first}\n  INCOMPLETE: {job['summary']}{targets}; run the job again to "
+            f"finish it\n{rest}")
+
+
+def _render(desc: dict[str, Any]) -> str:
     if desc["format"] == "zarr3":
         return _render_zarr3(desc)
     if desc["format"] == "ome-zarr":

@@ -244,7 +244,9 @@ class KVStore(ABC):
 
     @abstractmethod
     def list(self, prefix: str = "") -> list[str]:
-        """Sorted keys that start with ``prefix`` (recursively)."""
+        """Sorted keys that start with ``prefix`` (recursively).  Names of shardvol's own
+        (starting with ``HIDDEN_PREFIX``) are left out, but for those the prefix names in
+        full (``list(".shardvol-job.d/")`` lists what is in that folder)."""
 
     def exists(self, key: str) -> bool:
         """Whether a value is stored under ``key``."""

@@ -43,7 +43,13 @@ from shardvol.kvstore.base import (
     process_lock,
     url_scheme,
 )
-from shardvol.kvstore.lease import ConditionalObjects, Lease, acquire, lease_path
+from shardvol.kvstore.lease import (
+    ConditionalObjects,
+    Lease,
+    acquire,
+    default_lease_ttl,
+    lease_path,
+)
 from shardvol.kvstore.remote import Requests, exiting, run_on, start_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
@@ -85,7 +91,8 @@ class FsspecStore(KVStore):
     """Values as objects below an fsspec URL.
 
     ``lease_ttl`` and ``lock_timeout`` (seconds; None waits for ever) set the cross-process
-    locks of S3 stores: a crashed holder's lock is taken over after ``lease_ttl``.
+    locks of S3 stores: a crashed holder's lock is taken over after ``lease_ttl`` (default
+    30 s, or ``SHARDVOL_LEASE_TTL``).
     ``lock_timeout`` also bounds how long a compare-and-swap update (S3, with versioned
     reads: ``conditional_writes``) is redone while other writers keep changing its value.
     ``check_versions``: :meth:`version` asks the store for each object's ETag (or
@@ -109,7 +116,8 @@ class FsspecStore(KVStore):
     conditional replacement stays one PUT (up to 5 GiB).
     """
 
-    def __init__(self, url: str, lease_ttl: float = 30.0, lock_timeout: float | None = 600.0,
+    def __init__(self, url: str, lease_ttl: float | None = None,
+                 lock_timeout: float | None = 600.0,
                  check_versions: bool = False, versioned_reads: bool = True,
                  retries: int = 10, timeout: float | None = 120.0, stall: float = 30.0,
                  io_concurrency: int | None = None, part_size: int = 16 << 20,
@@ -140,7 +148,7 @@ class FsspecStore(KVStore):
         self.read_only = bool(protocols & READ_ONLY_PROTOCOLS)
         self.root = root.rstrip("/")
         self.url = url.rstrip("/")
-        self.lease_ttl, self.lock_timeout = lease_ttl, lock_timeout
+        self.lease_ttl, self.lock_timeout = lease_ttl or default_lease_ttl(), lock_timeout
         self.conflict_timeout = lock_timeout
         self._objects: ConditionalObjects | None = None  # for leases
         self._cas: S3ConditionalObjects | None = None  # for set_if, delete_if
@@ -571,9 +579,11 @@ class FsspecStore(KVStore):
             raise StoreError(f"cannot list {prefix!r} in {self.url}: {e}") from e
         strip = self.root + "/"
         keys = []
+        shown = prefix.count("/")  # (names the prefix gives, hidden ones too, are listed)
         for p in found:
             rel = p[len(strip) :] if p.startswith(strip) else None
-            hidden = rel and any(part.startswith(HIDDEN_PREFIX) for part in rel.split("/"))
+            hidden = rel and any(part.startswith(HIDDEN_PREFIX)
+                                 for part in rel.split("/")[shown:])
             if rel and rel.startswith(prefix) and not hidden:
                 keys.append(rel)
         return sorted(keys)

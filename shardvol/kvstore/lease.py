@@ -24,6 +24,7 @@ under way when the lease runs out (``ttl / 2`` after the last renewal) can still
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import socket
@@ -32,11 +33,30 @@ import time
 import uuid
 from typing import Protocol
 
-from shardvol.errors import LockLostError, LockTimeoutError
+from shardvol.errors import InvalidArgumentError, LockLostError, LockTimeoutError
 from shardvol.jsondoc import load_json
 from shardvol.kvstore.base import HIDDEN_PREFIX
 
 LEASE_PREFIX = HIDDEN_PREFIX + "lock."
+DEFAULT_LEASE_TTL = 30.0
+#: Seconds a waiter waits in silence; then it says what it waits for, and until when.
+QUIET_WAIT = 2.0
+_log = logging.getLogger("shardvol")
+
+
+def default_lease_ttl() -> float:
+    """The lease time of locks: ``SHARDVOL_LEASE_TTL`` seconds if set, else 30."""
+    value = os.environ.get("SHARDVOL_LEASE_TTL")
+    if value is None:
+        return DEFAULT_LEASE_TTL
+    try:
+        ttl = float(value)
+    except ValueError:
+        ttl = 0.0
+    if not ttl > 0:
+        raise InvalidArgumentError(
+            f"SHARDVOL_LEASE_TTL must be a positive number of seconds, got {value!r}")
+    return ttl
 
 
 class ConditionalObjects(Protocol):
@@ -132,6 +152,7 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
     start = time.monotonic()
     seen: str | None = None  # the version of the lease object last seen, since seen_at
     seen_at = start
+    told = False  # (that this holder is waited for)
     delay = 0.01
     while True:
         sent = time.monotonic()
@@ -143,7 +164,7 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
         if current is None:  # released meanwhile
             continue
         if current[0] != seen:
-            seen, seen_at = current[0], now
+            seen, seen_at, told = current[0], now, False
         elif now - seen_at >= _holder_ttl(current[1], ttl):
             ops.delete(path, current[0])  # the holder stopped renewing: break its lease
             seen = None
@@ -152,6 +173,14 @@ def acquire(ops: ConditionalObjects, path: str, ttl: float, timeout: float | Non
             raise LockTimeoutError(
                 f"lock {path} not acquired in {timeout:g} s: held by {_holder(current[1])}"
             )
+        if not told and now - start >= QUIET_WAIT:
+            told = True
+            lease = _holder_ttl(current[1], ttl)
+            stale = time.strftime("%H:%M:%S", time.localtime(time.time() + seen_at + lease - now))
+            _log.warning(
+                "waiting for lock %s, held by %s: if its holder is gone (a killed process), "
+                "its lease of %g s runs out unrenewed at %s and the lock is taken over",
+                path, _holder(current[1]), lease, stale)
         time.sleep(delay * random.uniform(0.5, 1.5))
         delay = min(2 * delay, 0.5)
 

@@ -6,7 +6,14 @@ import itertools
 import os
 import threading
 
-from shardvol.kvstore.base import ByteRange, KVStore, check_key, check_prefix, resolve_range
+from shardvol.kvstore.base import (
+    HIDDEN_PREFIX,
+    ByteRange,
+    KVStore,
+    check_key,
+    check_prefix,
+    resolve_range,
+)
 
 _SPACES: dict[str, dict[str, bytes]] = {}
 _VERSIONS: dict[str, dict[str, int]] = {}
@@ -75,7 +82,9 @@ class MemoryStore(KVStore):
         check_prefix(prefix)
         with self._guard:
             keys = list(self._data)
-        return sorted(k for k in keys if k.startswith(prefix))
+        shown = prefix.count("/")  # (hidden names are listed only where the prefix gives them)
+        return sorted(k for k in keys if k.startswith(prefix) and not any(
+            part.startswith(HIDDEN_PREFIX) for part in k.split("/")[shown:]))
 
     def size(self, key: str) -> int | None:
         value = self._data.get(check_key(key))

@@ -50,6 +50,13 @@ from shardvol.compression import check_level
 from shardvol.errors import AlreadyExistsError, InvalidArgumentError
 from shardvol.formats import FORMATS, check_format, detect_format, split_format
 from shardvol.kvstore import FileStore, KVStore, open_store
+from shardvol.kvstore.job_record import (
+    begin_job,
+    preparing,
+    read_job,
+    set_tasks,
+    within_job,
+)
 from shardvol.ops.geometry import (
     ATTRIBUTE,
     Geometry,
@@ -59,7 +66,8 @@ from shardvol.ops.geometry import (
     zarr_axes,
     zarr_geometry,
 )
-from shardvol.ops.tasks import check_reachable, run_tasks
+from shardvol.ops.jobs import run_job
+from shardvol.ops.tasks import check_reachable
 from shardvol.precomputed.sharded import ShardedChunkStore
 from shardvol.precomputed.volume import Volume, check_encoder, make_scale
 from shardvol.zarr3 import OmeZarrImage, ZarrArray
@@ -187,6 +195,15 @@ class CopyTask:
     dst: Endpoint
     box: Box | None
     shard: int | None = None
+    where: str = ""  # the output's URL (and scale), for the name
+
+    @property
+    def name(self) -> str:
+        """What the task writes (the same in every run of the same job)."""
+        if self.box is None:
+            return f"{self.where}: shard {self.shard}"
+        (x0, y0, z0), (x1, y1, z1) = self.box
+        return f"{self.where}: [{x0}:{x1}, {y0}:{y1}, {z0}:{z1}]"
 
 
 def run_copy_task(task: CopyTask) -> None:
@@ -232,19 +249,22 @@ def plan(geometry: Geometry, dst: Frame, run: str, src_ep: Endpoint,
     """Tasks that each own whole output units of ``dst``."""
     g = geometry
     unit = dst.unit()
+    where = _url(dst_ep.url) + (f" scale {dst_ep.scale}" if dst_ep.scale else "")
     if unit is None:
         assert isinstance(dst, PrecomputedFrame)  # (hashed shards)
-        return _hashed_shard_tasks(dst.vol, run, src_ep, dst_ep)
+        return _hashed_shard_tasks(dst.vol, run, src_ep, dst_ep, where)
     block = _blocks(unit, g.size, g.voxel_bytes, TASK_BYTES)
-    return [CopyTask(run, src_ep, dst_ep, box) for box in _boxes(g.voxel_offset, g.size, block)]
+    return [CopyTask(run, src_ep, dst_ep, box, where=where)
+            for box in _boxes(g.voxel_offset, g.size, block)]
 
 
-def _hashed_shard_tasks(vol: Volume, run: str, src: Endpoint, dst: Endpoint) -> list[CopyTask]:
+def _hashed_shard_tasks(vol: Volume, run: str, src: Endpoint, dst: Endpoint,
+                        where: str) -> list[CopyTask]:
     """One task per shard file when shards are not spatial blocks (hashed chunk ids);
     each task finds its shard's chunks itself (tasks stay small to send)."""
     store = vol.chunk_store
     assert isinstance(store, ShardedChunkStore)  # (a sharded scale)
-    return [CopyTask(run, src, dst, None, s) for s in store.all_units()]
+    return [CopyTask(run, src, dst, None, s, where) for s in store.all_units()]
 
 
 # --------------------------------------------------------------------------- destinations
@@ -448,7 +468,8 @@ def copy(
     existing = detect_format(dst)
     out_format = _output_format(dst, format, existing)
     _, dst_rest = split_format(dst)
-    if existing is not None and not overwrite:
+    dst_kv = open_store(dst_rest)
+    if existing is not None and not overwrite and read_job(dst_kv) is None:
         raise AlreadyExistsError(
             f"{_url(dst_rest)} already holds a {existing} volume; pass overwrite=True (--overwrite)"
         )
@@ -457,7 +478,7 @@ def copy(
             f"{_url(dst_rest)} holds a {existing} volume; "
             f"it cannot be overwritten with {out_format}"
         )
-    check_reachable([open_store(src_rest), open_store(dst_rest)], executor)
+    check_reachable([open_store(src_rest), dst_kv], executor)
     if _location(src_rest) == _location(dst_rest):
         raise InvalidArgumentError(f"source and destination are the same: {_url(src_rest)}")
 
@@ -466,14 +487,67 @@ def copy(
     c = scales[0].num_channels
     chunk3 = _shape3(chunk_size, c, "chunk_size")
     inner3 = _shape3(inner_chunk_shape, c, "inner_chunk_shape")
+    params = {
+        "source": _url(src_rest), "source_scales": [_summary(g) for g in scales],
+        "format": out_format, "encoding": encoding, "sharding": sharding,
+        "chunk_size": chunk3, "inner_chunk_shape": inner3, "compress_level": compress_level,
+        "codecs": None if codecs is None else [
+            c.to_json() if isinstance(c, Codec) else c for c in codecs],
+    }
+    with within_job():
+        with preparing(dst_kv) as prep:
+            # (a different unfinished copy here is refused before anything is written)
+            record = begin_job(dst_kv, "copy", params, overwrite=overwrite)
+            prep.new = record is None
+            resume = record is not None and existing == out_format
+            tasks = _copy(sources, scales, src_rest, dst_rest, out_format, resume, chunk3,
+                          inner3, encoding=encoding, sharding=sharding, codecs=codecs,
+                          compress_level=compress_level, inner_chunk_shape=inner_chunk_shape,
+                          overwrite=overwrite)
+        set_tasks(dst_kv, len(tasks))
+        run_job(dst_kv, run_copy_task, tasks, executor, resumed=record is not None,
+                progress=progress, desc=f"copy -> {out_format}")
+    _opened.cache_clear()
+    if out_format == "precomputed":
+        return Volume(dst_rest)
+    return open_zarr(dst_rest) if out_format == "zarr3" else OmeZarrImage(dst_rest)
 
+
+def _summary(g: Geometry) -> list[Any]:
+    """What a job record keeps of a source scale (a rerun from a changed source differs)."""
+    return [g.dtype.name, list(g.size), list(g.voxel_offset), g.num_channels,
+            list(g.resolution)]
+
+
+def _copy(
+    sources: list[tuple[Geometry, Endpoint]],
+    scales: list[Geometry],
+    src_rest: str | KVStore,
+    dst_rest: str | KVStore,
+    out_format: str,
+    resume: bool,
+    chunk3: Vec3 | None,
+    inner3: Vec3 | None,
+    *,
+    encoding: str | None,
+    sharding: str | dict[str, Any] | None,
+    codecs: Sequence[Codec | JSON] | None,
+    compress_level: int | None,
+    inner_chunk_shape: Sequence[int] | None,
+    overwrite: bool,
+) -> list[CopyTask]:
+    """The destination created (or, ``resume``, opened as the job left it) and the copy's
+    tasks, in the order of its scales."""
     frames: list[Frame]
     if out_format == "precomputed":
         _reject(inner_chunk_shape=inner_chunk_shape, codecs=codecs, why="precomputed output")
-        vols = _create_precomputed(
-            dst_rest, scales, encoding=encoding, chunk_size=chunk3, sharding=sharding,
-            overwrite=overwrite,
-        )  # fmt: skip
+        if resume:
+            vols = [Volume(dst_rest, list(g.resolution)) for g in scales]
+        else:
+            vols = _create_precomputed(
+                dst_rest, scales, encoding=encoding, chunk_size=chunk3, sharding=sharding,
+                overwrite=overwrite,
+            )  # fmt: skip
         dst_eps = [Endpoint("precomputed", dst_rest, v.scale.key, compress_level) for v in vols]
         frames = [PrecomputedFrame(v) for v in vols]
     else:
@@ -487,25 +561,21 @@ def copy(
                                         "sharding": sharding, "codecs": codecs,
                                         "overwrite": overwrite}  # fmt: skip
         if out_format == "zarr3":
-            arr = _create_zarr(dst_rest, scales[0], **zarr_options)
+            arr = open_zarr(dst_rest) if resume else _create_zarr(dst_rest, scales[0],
+                                                                 **zarr_options)
             dst_eps, frames = [Endpoint("zarr3", dst_rest)], [ZarrFrame(arr)]
         else:
-            img = _create_ome(dst_rest, scales, name=_name(src_rest), **zarr_options)
+            img = OmeZarrImage(dst_rest) if resume else _create_ome(
+                dst_rest, scales, name=_name(src_rest), **zarr_options)
             levels = [img.mip(k) for k in range(len(img.mips))]
             dst_eps = [Endpoint("ome-zarr", dst_rest, lv.scale.path) for lv in levels]
             frames = [OmeFrame(lv) for lv in levels]
     run = uuid.uuid4().hex
-    tasks = [
+    return [
         task
         for (g, src_ep), frame, dst_ep in zip(sources, frames, dst_eps)
         for task in plan(g, frame, run, src_ep, dst_ep)
     ]
-    desc = f"copy -> {out_format}"
-    run_tasks(run_copy_task, tasks, executor, progress=progress, desc=desc)
-    _opened.cache_clear()
-    if out_format == "precomputed":
-        return Volume(dst_rest)
-    return open_zarr(dst_rest) if out_format == "zarr3" else OmeZarrImage(dst_rest)
 
 
 def _name(url_or_store: str | KVStore) -> str | None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from shardvol.errors import InvalidArgumentError
+from shardvol.errors import AlreadyExistsError, InvalidArgumentError
 from shardvol.formats import open as open_any
-from shardvol.kvstore import KVStore
-from shardvol.precomputed.volume import Volume
+from shardvol.kvstore import KVStore, open_store
+from shardvol.kvstore.job_record import read_job, within_job
+from shardvol.precomputed.volume import INFO_KEY, Volume
 from shardvol.zarr3 import ZarrArray
 from shardvol.zarr3.ome import OmeZarrImage
 
@@ -74,7 +75,8 @@ def from_dask(
     ``data_type`` and ``num_channels`` come from it, the other arguments of
     :meth:`Volume.create` from ``create`` (``type`` "image" unless given; e.g.
     ``resolution``, ``voxel_offset``, ``chunk_size``, ``encoding``, ``sharding``).
-    Nothing is created when the array cannot be written.
+    Nothing is created when the array cannot be written.  Run again after an interruption,
+    it finishes the write (see :meth:`Volume.write_dask`).
     """
     import dask.array as da
 
@@ -95,8 +97,17 @@ def from_dask(
     channels = int(array.shape[3]) if array.ndim == 4 else 1
     if 0 in size or channels == 0:
         raise InvalidArgumentError(f"cannot make a volume of the empty shape {array.shape}")
-    vol = Volume.create(url, size=size, data_type=array.dtype.name, num_channels=channels,
-                        **create)
+    kv = open_store(url)
+    if read_job(kv) is not None and kv.exists(INFO_KEY):  # (this write, interrupted: resumed)
+        with within_job():
+            vol = Volume(kv)
+        if (vol.shape, vol.dtype) != ((*size, channels), array.dtype):
+            raise AlreadyExistsError(
+                f"{kv.url} holds an unfinished write of a {vol.shape} {vol.dtype} volume, not "
+                f"of this {(*size, channels)} {array.dtype} array")
+    else:
+        vol = Volume.create(kv, size=size, data_type=array.dtype.name, num_channels=channels,
+                            **create)
     vol.write_dask(array, progress=progress)
     return vol
 

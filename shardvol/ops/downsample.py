@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
@@ -38,9 +39,18 @@ import numpy as np
 from shardvol._parallel import default_parallel
 from shardvol.array.buffered import BufferedChunkStore
 from shardvol.array.indexing import normalize_selection
-from shardvol.errors import InvalidArgumentError
+from shardvol.errors import InvalidArgumentError, StagedPyramidWarning
+from shardvol.kvstore.job_record import (
+    begin_job,
+    clear_job,
+    preparing,
+    set_tasks,
+    within_job,
+)
+from shardvol.ops.jobs import run_job
 from shardvol.ops.pooling import METHODS, downsample_pyramid
-from shardvol.ops.tasks import check_reachable, run_tasks
+from shardvol.ops.tasks import check_reachable
+from shardvol.precomputed.info import resolution_key
 from shardvol.precomputed.volume import Volume
 from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.sizes import parse_bytes
@@ -81,6 +91,13 @@ class Task:
     resume: bool
     z_grids: tuple[tuple[int, int], ...]  # (voxel offset, chunk size) along z of each target
     compress_level: int  # gzip level of the targets' gzip-encoded shard data
+
+    @property
+    def name(self) -> str:
+        """What the task writes (the same in every run of the same job)."""
+        owned = "; ".join(f"{t} [{lo[0]}:{hi[0]}, {lo[1]}:{hi[1]}, {lo[2]}:{hi[2]}]"
+                          for t, (lo, hi) in zip(self.targets, self.regions))
+        return f"{self.url}: {self.method} of scale {self.source} into {owned}"
 
 
 def _owned(footprint: tuple[int, int], lo: int, hi: int, unit: int) -> tuple[int, int]:
@@ -411,6 +428,7 @@ def downsample(
     progress: bool = True,
     resume: bool = False,
     overwrite: bool = False,
+    exact: bool = False,
 ) -> list[Volume]:
     """Add and write ``num_mips`` downsampled scales of ``vol`` (at its current mip).
 
@@ -420,8 +438,17 @@ def downsample(
     shards).  ``executor``: None uses a thread pool here; any
     ``concurrent.futures.Executor`` works (process pool, Dask).  ``memory_limit``
     bounds the memory of all tasks of the default pool together, or of each
-    task on a user-supplied executor.  ``resume=True`` skips tasks whose output
-    chunks all exist.  Returns the new scales as Volumes, finest first.
+    task on a user-supplied executor.  Returns the new scales as Volumes, finest first.
+
+    The job is recorded in the volume while it runs (see :mod:`shardvol.ops.jobs`): run
+    again after an interruption, with the same arguments, it writes only what is not
+    done; with others, it is refused unless ``overwrite``.  ``resume=True`` also skips
+    tasks whose output chunks all exist (for jobs interrupted before there were records).
+
+    When the pyramid does not fit ``memory_limit`` in one pass, its coarser mips are pooled
+    from a finer new mip rather than from the source: for "mean" and "mode" their values
+    can differ from pooling the source directly, which a StagedPyramidWarning says (naming
+    those mips); ``exact=True`` refuses such a plan instead.
     """
     if not isinstance(vol, Volume):
         vol = Volume(vol)
@@ -429,19 +456,48 @@ def downsample(
     limit = parse_bytes(memory_limit, "memory_limit")
     check_reachable([vol.store], executor)
     _check_shared_shards(vol, f, num_mips, chunk_size, sharding, executor)
-    targets = add_scales(
-        vol,
-        f,
-        num_mips,
-        encoding=encoding,
-        chunk_size=chunk_size,
-        sharding=sharding,
-        overwrite=overwrite,
-    )
+    params = {"source": vol.scale.key, "factor": list(f), "num_mips": num_mips,
+              "method": method, "encoding": encoding,
+              "chunk_size": None if chunk_size is None else [int(c) for c in chunk_size],
+              "sharding": sharding}
     workers = default_parallel() if executor is None else 1
-    stages = plan(vol, targets, f, method, limit, workers, resume)
-    for i, tasks in enumerate(stages, start=1):
-        run_tasks(
-            run_task, tasks, executor, progress=progress, desc=f"downsample stage {i}/{len(stages)}"
-        )
+    with within_job():
+        with preparing(vol.store) as prep:
+            record = begin_job(
+                vol.store, "downsample", params, targets=tuple(_target_keys(vol, f, num_mips)),
+                plan={"memory_limit": limit, "workers": workers}, overwrite=overwrite)
+            prep.new = record is None
+            if record is not None:  # the same job, unfinished: planned as it was
+                limit, workers = record.plan["memory_limit"], record.plan["workers"]
+            targets = add_scales(vol, f, num_mips, encoding=encoding, chunk_size=chunk_size,
+                                 sharding=sharding, overwrite=overwrite and record is None)
+            stages = plan(vol, targets, f, method, limit, workers, resume)
+            _check_stages(stages, method, exact, vol.url)
+        set_tasks(vol.store, sum(len(tasks) for tasks in stages))
+        for i, tasks in enumerate(stages, start=1):
+            run_job(vol.store, run_task, tasks, executor, resumed=record is not None,
+                    progress=progress, desc=f"downsample stage {i}/{len(stages)}", finish=False)
+        clear_job(vol.store)
     return [vol.mip(t.scale.key) for t in targets]
+
+
+def _target_keys(vol: Volume, factor: Sequence[int], num_mips: int) -> list[str]:
+    """The keys of the scales :func:`add_scales` adds (as their resolutions name them)."""
+    return [resolution_key(tuple(r * factor[d] ** k for d, r in enumerate(vol.resolution)))
+            for k in range(1, num_mips + 1)]
+
+
+def _check_stages(stages: list[list[Task]], method: str, exact: bool, url: str) -> None:
+    """Warn (or with ``exact``, refuse) when mips are pooled from a new mip, not the source,
+    with a method for which that changes values."""
+    if len(stages) == 1 or method not in ("mean", "mode"):
+        return
+    later = [(tasks[0].source, tasks[0].targets) for tasks in stages[1:]]
+    what = "; ".join(f"{', '.join(t)} from {s}" for s, t in later)
+    message = (f"{url}: the pyramid does not fit memory_limit in one pass, so {what} are "
+               f"pooled from a new mip rather than from the source: with {method} pooling "
+               "their values can differ from pooling the source directly (raise "
+               "memory_limit, or use fewer mips, to pool every mip from the source)")
+    if exact:
+        raise InvalidArgumentError(message + "; exact=True refuses this plan")
+    warnings.warn(StagedPyramidWarning(message), stacklevel=3)

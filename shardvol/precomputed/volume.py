@@ -34,6 +34,13 @@ from shardvol.array.values import cast_scalar
 from shardvol.compression import DEFAULT_LEVEL, check_level
 from shardvol.errors import AlreadyExistsError, InfoError, InvalidArgumentError
 from shardvol.kvstore import KVStore, PrefixStore, open_store
+from shardvol.kvstore.job_record import (
+    JOB_KEY,
+    JobStatus,
+    job_status,
+    read_job,
+    warn_if_unfinished,
+)
 from shardvol.precomputed.codecs import get_codec
 from shardvol.precomputed.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
 from shardvol.precomputed.raw_files import RawFileReader
@@ -58,10 +65,13 @@ def _without_prefix(url: str | KVStore) -> str | KVStore:
 
 def read_info(kv: KVStore) -> VolumeInfo:
     """Parse and validate the info file of the volume at ``kv``."""
-    raw = kv.get(INFO_KEY)
+    return _parse_info(kv, kv.get(INFO_KEY))
+
+
+def _parse_info(kv: KVStore, raw: bytes | memoryview | None) -> VolumeInfo:
     if raw is None:
         raise InfoError(f"no precomputed volume at {kv.url}: it has no 'info' file")
-    return VolumeInfo.from_json(raw, source=f"{kv.url}/{INFO_KEY}")
+    return VolumeInfo.from_json(bytes(raw), source=f"{kv.url}/{INFO_KEY}")
 
 
 def _scale_store(kv: KVStore, scale: ScaleInfo) -> KVStore:
@@ -102,8 +112,12 @@ class Volume(AsyncMethods):
             self._kv, fill_value=fill_value, fill_missing=fill_missing, bounded=bounded,
             parallel=parallel, jpeg_quality=jpeg_quality, compress_level=compress_level,
             cache_bytes=cache_bytes)
-        self._meta = read_info(self._kv)
+        # (the record of an unfinished job comes with the info, in the same round trip)
+        raw_info, raw_job = self._kv.get_many([INFO_KEY, JOB_KEY])
+        self._meta = _parse_info(self._kv, raw_info)
         self._select(mip)
+        warn_if_unfinished(raw_job, self.scale.key, f"{self.url} scale {self.scale.key}",
+                           f"{self.url}/{JOB_KEY}")
 
     def __getstate__(self) -> dict[str, Any]:
         """What a Volume is: its store, options, info and scale (the engine, its caches and
@@ -248,6 +262,15 @@ class Volume(AsyncMethods):
         return shard_shape(self._spec, self.scale.grid_size, self.chunk_size)
 
     @property
+    def incomplete(self) -> JobStatus | None:
+        """The unfinished job (a copy, a pyramid) that writes this scale, and how far it got
+        (read now; its missing parts read as the fill value); None if there is none."""
+        record = read_job(self._kv)
+        if record is None or not record.covers(self.scale.key):
+            return None
+        return job_status(self._kv, record)
+
+    @property
     def fill_value(self) -> Any:
         return self._options["fill_value"]
 
@@ -340,6 +363,7 @@ class Volume(AsyncMethods):
         *,
         compute: bool = True,
         progress: bool = True,
+        overwrite: bool = False,
     ) -> Delayed | None:
         """Write a Dask array of shape ``(x, y, z)`` (one channel) or ``(x, y, z, channel)``
         with its first voxel at ``offset``, in global voxel coordinates as
@@ -352,6 +376,11 @@ class Volume(AsyncMethods):
         active Dask scheduler (with its progress bar); ``compute=False`` returns the
         ``Delayed`` instead.  The dtype (a safe cast at most), shape and bounds are checked
         before anything is written.
+
+        The write is a job recorded in the volume (see :mod:`shardvol.ops.jobs`): run again
+        after an interruption (the same Dask array, by its name, at the same offset) it
+        writes only the units not yet written; another unfinished write there is refused
+        unless ``overwrite``.  A write returned with ``compute=False`` is not recorded.
         """
         from shardvol.array.dask import compute as run
         from shardvol.array.dask import store
@@ -376,7 +405,8 @@ class Volume(AsyncMethods):
         if len(given) != 4:
             local = given  # (the engine names what is wrong with it)
         result = store(array, self._dask_source(), local, engine=self._array,
-                       unit_shape=self._unit_shape())
+                       unit_shape=self._unit_shape(), job=self._kv if compute else None,
+                       target=self.scale.key, overwrite=overwrite)
         if not compute:
             return result
         run(result, progress)

@@ -231,12 +231,14 @@ class ZarrArray(AsyncMethods):
         *,
         compute: bool = True,
         progress: bool = True,
+        overwrite: bool = False,
     ) -> Delayed | None:
         """Write a Dask array at index ``offset`` (default 0), each task owning whole
         shards (or chunks); the shards the array covers in part are merged by their one
         task.  Runs on the active Dask scheduler (with its progress bar);
         ``compute=False`` returns the ``Delayed``.  dtype (a safe cast at most), shape and
-        bounds are checked before anything is written.
+        bounds are checked before anything is written.  Run again after an interruption,
+        it writes only what is not written (as :meth:`shardvol.Volume.write_dask`).
         """
         from shardvol.array.dask import compute as run
         from shardvol.array.dask import store
@@ -244,7 +246,8 @@ class ZarrArray(AsyncMethods):
         self._writable("a Dask array")
         offset = (0,) * self.ndim if offset is None else offset
         result = store(array, self._dask_source(), offset, engine=self._array,
-                       unit_shape=self.metadata.chunk_shape)
+                       unit_shape=self.metadata.chunk_shape,
+                       job=self.store if compute else None, overwrite=overwrite)
         if not compute:
             return result
         run(result, progress)
