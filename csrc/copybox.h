@@ -14,9 +14,10 @@
 #define SV_HAVE_STREAM 0
 #endif
 
-/* A box whose bytes span this much of the output or more is written with non-temporal
- * stores (see sv_copy_box): it would not stay in the CPU caches anyway, and bypassing them
- * skips reading each destination line before writing it and keeps other data cached.
+/* A box whose bytes span this much of the output or more, in whole cache lines, is written
+ * with non-temporal stores (see sv_stream_box): it would not stay in the CPU caches anyway,
+ * and bypassing them skips reading each destination line before writing it and keeps other
+ * data cached.
  * The C checkers build with a small value, so that their small boxes take both paths. */
 #ifndef SV_STREAM_MIN_SPAN
 #define SV_STREAM_MIN_SPAN ((size_t)2 << 20)
@@ -104,12 +105,30 @@ static inline void sv_copy_box_to(const uint8_t *src, const ptrdiff_t src_stride
     }
 }
 
-/* sv_copy_box_to, streaming when the box spans SV_STREAM_MIN_SPAN bytes of dst or more. */
+#define SV_CACHE_LINE 64
+
+/* Whether to write a box of dst with non-temporal stores: it spans SV_STREAM_MIN_SPAN bytes
+ * or more, and every row of it is whole cache lines (rows along axis 0, contiguous; each
+ * row's start aligned, its length and the other strides multiples of a line).  A row that
+ * only covers lines in part (a box at an unaligned x in a cutout) makes each of its stores
+ * a partial line write, several times slower than an ordinary store. */
+static inline int sv_stream_box(const uint8_t *dst, const ptrdiff_t dst_strides[4],
+                                const size_t count[4], size_t itemsize) {
+    if (sv_box_span(dst_strides, count, itemsize) < SV_STREAM_MIN_SPAN ||
+        dst_strides[0] != (ptrdiff_t)itemsize || (uintptr_t)dst % SV_CACHE_LINE != 0 ||
+        (count[0] * itemsize) % SV_CACHE_LINE != 0)
+        return 0;
+    for (int d = 1; d < 4; d++)
+        if (count[d] > 1 && dst_strides[d] % SV_CACHE_LINE != 0) return 0;
+    return 1;
+}
+
+/* sv_copy_box_to, streaming when sv_stream_box says so. */
 static inline void sv_copy_box(const uint8_t *src, const ptrdiff_t src_strides[4], uint8_t *dst,
                                const ptrdiff_t dst_strides[4], const size_t count[4],
                                size_t itemsize) {
     sv_copy_box_to(src, src_strides, dst, dst_strides, count, itemsize,
-                   sv_box_span(dst_strides, count, itemsize) >= SV_STREAM_MIN_SPAN);
+                   sv_stream_box(dst, dst_strides, count, itemsize));
 }
 
 #endif

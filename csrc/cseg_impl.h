@@ -143,7 +143,7 @@ static int FN(decode_channel)(const uint8_t *ch, size_t nwords, const geometry *
     const ptrdiff_t lb = (ptrdiff_t)sizeof(LABEL_T);
     const ptrdiff_t to[4] = {lb * out_st[0], lb * out_st[1], lb * out_st[2], 0};
     const size_t whole[4] = {rn[0], rn[1], rn[2], 1};
-    const int stream = sv_box_span(to, whole, sizeof(LABEL_T)) >= SV_STREAM_MIN_SPAN;
+    const int stream = sv_stream_box((const uint8_t *)out, to, whole, sizeof(LABEL_T));
     size_t blk[3];
     for (blk[2] = 0; blk[2] < g->grid[2]; ++blk[2]) {
         /* the region's z planes in this layer of blocks: [zlo, zhi) */

@@ -121,16 +121,20 @@ def run_parallel(fn: Callable[[T], None], items: Sequence[T], parallel: int) -> 
     failed: list[BaseException] = []
 
     def worker() -> None:
-        while not failed:
-            with lock:
-                item = next(it, _END)
-            if item is _END:
-                return
-            try:
-                fn(item)  # type: ignore[arg-type]  # an item: not the _END sentinel
-            except BaseException as e:
-                failed.append(e)
-                return
+        _sharing.depth = getattr(_sharing, "depth", 0) + 1
+        try:
+            while not failed:
+                with lock:
+                    item = next(it, _END)
+                if item is _END:
+                    return
+                try:
+                    fn(item)  # type: ignore[arg-type]  # an item: not the _END sentinel
+                except BaseException as e:
+                    failed.append(e)
+                    return
+        finally:
+            _sharing.depth -= 1
 
     futures = [_work_pool().submit(worker) for _ in range(min(parallel, len(items)) - 1)]
     worker()
@@ -142,3 +146,11 @@ def run_parallel(fn: Callable[[T], None], items: Sequence[T], parallel: int) -> 
 
 
 _END = object()
+_sharing = threading.local()
+
+
+def sharing_cores() -> bool:
+    """Whether this thread is one of several that :func:`run_parallel` runs: its work then
+    has the cores shared already, and spreading a part of it (a read's files) over more
+    threads only adds hand-offs (and waits for the GIL between them)."""
+    return getattr(_sharing, "depth", 0) > 0

@@ -32,6 +32,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote, urlparse
 
 from shardvol._ext import hugeblock
+from shardvol._parallel import sharing_cores
 from shardvol.errors import ByteRangeError, InvalidKeyError, StoreError, VersionChangedError
 from shardvol.kvstore.base import (
     HIDDEN_PREFIX,
@@ -157,13 +158,14 @@ class FileStore(KVStore):
     ) -> list[tuple[bytes | memoryview | None, tuple[int, ...]]]:
         """(value, version of the file it was read from) of each normalized request:
         ranged reads in a few batches (each file opened once per batch), run concurrently
-        when there is enough to read; whole-file reads one per task."""
+        when there is enough to read and this thread is not one of several sharing the
+        cores already (see sharing_cores); whole-file reads one per task."""
         sizes = [
             r[1] - r[0] if r is not None and r[0] >= 0 and r[1] is not None else self.BATCH_BYTES
             for _, r in reqs
         ]
         n_batches = min(len(reqs), self.MAX_BATCHES, -(-sum(sizes) // self.BATCH_BYTES))
-        if n_batches <= 1:
+        if n_batches <= 1 or sharing_cores():
             return self._read_batch(reqs)
         target = sum(sizes) / n_batches
         batches: list[list[tuple[str, ByteRange | None]]] = [[]]

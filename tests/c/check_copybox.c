@@ -95,6 +95,18 @@ int main(int argc, char **argv) {
         free(ref);
         free(out);
     }
+    /* sv_stream_box: only boxes of whole cache lines spanning SV_STREAM_MIN_SPAN stream */
+    const size_t big[4] = {64, 64, 64, 1}, odd[4] = {54, 64, 64, 1};
+    const ptrdiff_t lines[4] = {1, 2048, 2048 * 2048, 0}, skew[4] = {1, 2050, 2048 * 2048, 0};
+    const uint8_t *at = (const uint8_t *)(uintptr_t)(1 << 20);
+    const int rule[5] = {sv_stream_box(at, lines, big, 1), sv_stream_box(at + 10, lines, big, 1),
+                         sv_stream_box(at, lines, odd, 1), sv_stream_box(at, skew, big, 1),
+                         sv_stream_box(at, lines, (const size_t[4]){64, 64, 1, 1}, 1)};
+    if (rule[0] != 1 || rule[1] || rule[2] || rule[3] || rule[4]) {
+        fprintf(stderr, "sv_stream_box: %d %d %d %d %d, expected 1 0 0 0 0\n", rule[0], rule[1],
+                rule[2], rule[3], rule[4]);
+        return 1;
+    }
     printf("%ld rounds, %ld streamed rows\n", iters, streamed_rows);
     return 0;
 }
