@@ -35,6 +35,7 @@ EXTENSIONS = [
     ext("crackle_check", "crackle_check.c"),
     ext("downsample", "downsample.c"),
     ext("rawfile", "rawfile.c"),
+    ext("transpose", "transpose.c"),
     ext("_jpeg", "jpeg.c", libraries=("jpeg",)),  # the system libjpeg(-turbo)
 ]
 

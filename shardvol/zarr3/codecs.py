@@ -26,6 +26,7 @@ import crc32c as _crc32c
 import imagecodecs
 import numpy as np
 
+from shardvol._ext import transpose
 from shardvol._ext.staging import staging_buffer
 from shardvol.array.values import is_fill
 from shardvol.compression import gzip_compress, gzip_decompress, is_gzip
@@ -313,7 +314,7 @@ class BytesCodec(ArrayBytesCodec):
             return array.reshape(-1).view(np.uint8)
         n = array.size * stored_dtype.itemsize
         stored = staging_buffer(n)[:n].view(stored_dtype).reshape(array.shape)
-        np.copyto(stored, array, casting="unsafe")
+        transpose.copyto(stored, array, casting="unsafe")  # (F-ordered values: tile by tile)
         return stored.reshape(-1).view(np.uint8)
 
     def decode(
@@ -333,7 +334,8 @@ class BytesCodec(ArrayBytesCodec):
         if spec.dtype == bool:
             np.not_equal(np.frombuffer(data, np.uint8).reshape(spec.shape), 0, out=out)
         else:
-            np.copyto(out, np.frombuffer(data, self.stored_dtype(spec.dtype)).reshape(spec.shape))
+            transpose.copyto(out, np.frombuffer(data, self.stored_dtype(spec.dtype)).reshape(
+                spec.shape), casting="same_kind")
         return out
 
 

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from shardvol._ext import transpose
 from shardvol.compression import gzip_decompress, is_gzip
 from shardvol.errors import ChunkDecodeError
 from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4
@@ -35,7 +36,12 @@ class RawCodec(ChunkEncoding):
         return "supported: " + ", ".join(sorted(d.name for d in RAW_DTYPES))
 
     def _encode(self, array: np.ndarray) -> bytes:
-        return np.asarray(array, dtype=self.dtype.newbyteorder("<")).tobytes(order="F")
+        stored = np.asarray(array, dtype=self.dtype.newbyteorder("<"))
+        if not stored.flags.f_contiguous:  # (C-ordered values: tile by tile, not by item)
+            laid = np.empty(stored.shape, stored.dtype, order="F")
+            transpose.copyto(laid, stored)
+            stored = laid
+        return stored.tobytes(order="F")
 
     def _decode(
         self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
