@@ -6,7 +6,9 @@ chunk wide, so the generic engine can treat a scale as an (x, y, z, c) array.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
@@ -171,8 +173,14 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
             self._delete_copies(key)
 
     def _delete_copies(self, key: str) -> None:
-        for suffix in FILE_SUFFIXES.values():
-            self.kv.delete(key + suffix)
+        path = self.kv.file_path(key)
+        if path is None:
+            for suffix in FILE_SUFFIXES.values():
+                self.kv.delete(key + suffix)
+            return
+        for suffix in FILE_SUFFIXES.values():  # (local files: a failed unlink each, at most)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                os.unlink(path + suffix)
 
     def lock(self, unit: ChunkCoord) -> AbstractContextManager[None]:
         return self.kv.write_lock(chunk_key(self.grid, unit))
