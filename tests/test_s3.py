@@ -98,12 +98,12 @@ def test_a_waiter_says_what_it_waits_for_and_until_when(bucket, caplog, monkeypa
     monkeypatch.setenv("SHARDVOL_LEASE_TTL", "2.5")
     s = FsspecStore(bucket)
     assert s.lease_ttl == 2.5
-    _holder_object(s, "k", ttl=2.5)
+    _holder_object(s, "k", ttl=4)  # (the waiter polls at least every 0.75 s: it says so)
     with caplog.at_level("WARNING", logger="shardvol"), s.lock("k"):
         pass
     lines = [r.getMessage() for r in caplog.records if r.name == "shardvol"]
     assert len(lines) == 1 and "held by host9 pid 1 thread 1 since 2026-01-01" in lines[0]
-    assert re.search(r"lease of 2.5 s runs out unrenewed at \d\d:\d\d:\d\d", lines[0])
+    assert re.search(r"lease of 4 s runs out unrenewed at \d\d:\d\d:\d\d", lines[0])
     monkeypatch.setenv("SHARDVOL_LEASE_TTL", "soon")
     with pytest.raises(InvalidArgumentError, match="SHARDVOL_LEASE_TTL"):
         FsspecStore(bucket)

@@ -25,11 +25,12 @@ pool, or a Dask cluster's ``client.get_executor()``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
@@ -475,10 +476,32 @@ def downsample(
             _check_stages(stages, method, exact, vol.url)
         set_tasks(vol.store, sum(len(tasks) for tasks in stages))
         for i, tasks in enumerate(stages, start=1):
-            run_job(vol.store, run_task, tasks, executor, resumed=record is not None,
-                    progress=progress, desc=f"downsample stage {i}/{len(stages)}", finish=False)
+            at_once = _tasks_at_once(vol, tasks, limit, workers) if executor is None else 0
+            with ThreadPoolExecutor(at_once) if at_once else contextlib.nullcontext() as pool:
+                run_job(vol.store, run_task, tasks, pool or executor,
+                        resumed=record is not None, progress=progress,
+                        desc=f"downsample stage {i}/{len(stages)}", finish=False)
         clear_job(vol.store)
     return [vol.mip(t.scale.key) for t in targets]
+
+
+def _tasks_at_once(vol: Volume, tasks: list[Task], limit: int, workers: int) -> int:
+    """How many of a stage's tasks the default pool runs at once: fewer than its
+    ``workers`` when that many would not fit ``limit`` together (a task owns whole shards
+    of its coarsest mip, which can hold more than the budget of one task), 0 for all."""
+    src = vol.mip(tasks[0].source)
+    itemsize = src.dtype.itemsize * src.num_channels
+    need = max(_task_bytes(t, itemsize, src.bounds) for t in tasks)
+    fits = max(1, int(limit // max(need, 1)))
+    return fits if fits < workers else 0
+
+
+def _task_bytes(task: Task, itemsize: int, source: Box) -> float:
+    """The memory a task holds at its peak: its slab of the source, with what decoding and
+    pooling it add, and every unit it writes (buffered until they are whole)."""
+    box = _source_box(task.regions, task.factor, source)
+    slab = 0.0 if box is None else _nbytes(box, itemsize) * _SOURCE_OVERHEAD / task.slabs
+    return slab + sum(_nbytes(r, itemsize) for r in task.regions)
 
 
 def _target_keys(vol: Volume, factor: Sequence[int], num_mips: int) -> list[str]:
