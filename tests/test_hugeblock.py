@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 
 import numpy as np
@@ -109,3 +110,18 @@ def test_buffers_of_any_size_come_from_blocks_and_freed_ones_are_reused():
     assert again.ctypes.data == address and (again == 7).all()  # its pages, as left
     with pytest.raises(ValueError):
         hugeblock.buffer(0)
+
+
+def test_huge_pages_are_advised_only_when_free_ones_hold_the_block():
+    """MADV_HUGEPAGE for a block when the free blocks of 2 MiB and more (/proc/buddyinfo,
+    read here as the kernel documents it) hold it twice over; never for more than the
+    machine's memory."""
+    free = 0
+    with open("/proc/buddyinfo") as f:
+        for line in f:
+            counts = [int(v) for v in line.split()[4:]]
+            free += sum(n << (order + 12) for order, n in enumerate(counts) if order >= 9)
+    small, huge = 2 << 20, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert hugeblock.advised(huge) is False
+    if free > 64 * small:  # (the machine's free memory moves between the two reads)
+        assert hugeblock.advised(small) is True

@@ -4,7 +4,11 @@ import math
 import numpy as np
 from cpython.buffer cimport PyBUF_FORMAT
 
-from shardvol._ext.csrc_hugeblock cimport sv_hugeblock_alloc, sv_hugeblock_free
+from shardvol._ext.csrc_hugeblock cimport (
+    sv_hugeblock_advised,
+    sv_hugeblock_alloc,
+    sv_hugeblock_free,
+)
 
 #: Arrays of fewer bytes come from np.empty (two huge pages at least are worth a block).
 MIN_BYTES = 4 << 20
@@ -39,6 +43,13 @@ cdef class _Block:
         if self.ptr != NULL:
             with nogil:
                 sv_hugeblock_free(self.ptr, self.capacity)
+
+
+def advised(size_t nbytes):
+    """Whether a block of ``nbytes`` would be advised for transparent huge pages now: when
+    the kernel's free blocks of 2 MiB or more hold it twice over (``SHARDVOL_HUGEPAGES``
+    =advise / =off: always / never)."""
+    return bool(sv_hugeblock_advised(nbytes))
 
 
 def empty(shape, dtype, order="C"):
