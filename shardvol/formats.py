@@ -8,7 +8,8 @@ from typing import Any, overload
 from shardvol.errors import InfoError, InvalidArgumentError
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, open_store
-from shardvol.precomputed.volume import INFO_KEY, URL_PREFIX, Volume
+from shardvol.precomputed.info_file import INFO_KEY
+from shardvol.precomputed.volume import URL_PREFIX, Volume
 from shardvol.zarr3 import ZARR_JSON, ZarrArray
 from shardvol.zarr3 import open as open_zarr
 from shardvol.zarr3.ome import OmeZarrImage, is_ome_group

@@ -13,7 +13,7 @@ from shardvol.formats import split_format
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, PrefixStore, open_store, url_scheme
 from shardvol.kvstore.job_record import job_status
-from shardvol.precomputed.volume import INFO_KEY, read_info
+from shardvol.precomputed.info_file import INFO_KEY, follow, read_info
 from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.zarr3 import ZARR_JSON, ArrayMetadata, OmeZarrImage
 from shardvol.zarr3.ome import is_ome_group
@@ -44,7 +44,11 @@ def describe(url: str, count: bool = True) -> dict[str, Any]:
     fmt, rest = split_format(url)  # (a precomputed:// or zarr3:// prefix names the format)
     kv = open_store(rest)
     if fmt in (None, "precomputed") and kv.exists(INFO_KEY):
-        return _with_job(kv, _describe_precomputed(kv, count))
+        target, _ = follow(kv)  # (an info file that redirects stands for another volume)
+        desc = _with_job(target, _describe_precomputed(target, count))
+        if target.url != kv.url:
+            desc["redirected_from"] = kv.url
+        return desc
     raw = kv.get(ZARR_JSON) if fmt in (None, "zarr3") else None
     if raw is not None:
         return _with_job(kv, _describe_zarr3(kv, raw, count))

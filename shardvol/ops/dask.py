@@ -14,7 +14,8 @@ from shardvol.errors import AlreadyExistsError, InvalidArgumentError
 from shardvol.formats import open as open_any
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.job_record import read_job, within_job
-from shardvol.precomputed.volume import INFO_KEY, Volume
+from shardvol.precomputed.info_file import INFO_KEY
+from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import ZarrArray
 from shardvol.zarr3.ome import OmeZarrImage
 

@@ -43,6 +43,7 @@ from shardvol.kvstore.job_record import (
 )
 from shardvol.precomputed.codecs import get_codec
 from shardvol.precomputed.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
+from shardvol.precomputed.info_file import INFO_KEY, follow, parse_info, read_info, write_info
 from shardvol.precomputed.raw_files import RawFileReader
 from shardvol.precomputed.sharded import ShardedChunkStore
 from shardvol.precomputed.unsharded import UnshardedChunkStore, chunk_key
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     import dask.array
     from dask.delayed import Delayed
 
-INFO_KEY = "info"
 #: The Neuroglancer (and CloudVolume) prefix of a precomputed URL: "precomputed://gs://b/em".
 URL_PREFIX = "precomputed://"
 
@@ -61,17 +61,6 @@ def _without_prefix(url: str | KVStore) -> str | KVStore:
     if isinstance(url, str) and url[: len(URL_PREFIX)].lower() == URL_PREFIX:
         return url[len(URL_PREFIX):]
     return url
-
-
-def read_info(kv: KVStore) -> VolumeInfo:
-    """Parse and validate the info file of the volume at ``kv``."""
-    return _parse_info(kv, kv.get(INFO_KEY))
-
-
-def _parse_info(kv: KVStore, raw: bytes | memoryview | None) -> VolumeInfo:
-    if raw is None:
-        raise InfoError(f"no precomputed volume at {kv.url}: it has no 'info' file")
-    return VolumeInfo.from_json(bytes(raw), source=f"{kv.url}/{INFO_KEY}")
 
 
 def _scale_store(kv: KVStore, scale: ScaleInfo) -> KVStore:
@@ -107,14 +96,14 @@ class Volume(AsyncMethods):
         compress_level: int | None = None,
         cache_bytes: int | str | None = None,
     ) -> None:
-        self._kv = open_store(_without_prefix(url))
+        # (a redirect is followed; the record of an unfinished job comes with the info)
+        self._kv, (raw_info, raw_job) = follow(open_store(_without_prefix(url)), (JOB_KEY,))
         self._options = _checked_options(
             self._kv, fill_value=fill_value, fill_missing=fill_missing, bounded=bounded,
             parallel=parallel, jpeg_quality=jpeg_quality, compress_level=compress_level,
             cache_bytes=cache_bytes)
-        # (the record of an unfinished job comes with the info, in the same round trip)
-        raw_info, raw_job = self._kv.get_many([INFO_KEY, JOB_KEY])
-        self._meta = _parse_info(self._kv, raw_info)
+        self._meta = parse_info(self._kv, raw_info)
+        self._edits: dict[str, Any] | None = None
         self._select(mip)
         warn_if_unfinished(raw_job, self.scale.key, f"{self.url} scale {self.scale.key}",
                            f"{self.url}/{JOB_KEY}")
@@ -126,6 +115,7 @@ class Volume(AsyncMethods):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._kv, self._options, self._meta = state["kv"], state["options"], state["meta"]
+        self._edits = None
         self._select(state["mip"])
 
     def _select(self, mip: int | str | Sequence[float]) -> None:
@@ -188,8 +178,28 @@ class Volume(AsyncMethods):
 
     @property
     def info(self) -> dict[str, Any]:
-        """The info file as a dict (a copy)."""
-        return self._meta.to_dict()
+        """The info file as a dict to edit, as CloudVolume's ``info`` is: the same dict on
+        every access, written by :meth:`commit_info`; until then the volume is what it was
+        opened as."""
+        if self._edits is None:
+            self._edits = self._meta.to_dict()
+        return self._edits
+
+    def commit_info(self) -> None:
+        """Write the edited :attr:`info` (checked whole first: every field, and that this
+        host can encode every scale) atomically, under the store's lock on it; this Volume
+        then follows it, on the same scale (by key, else by index)."""
+        edited = VolumeInfo.from_dict(self.info)
+        for scale in edited.scales:
+            check_encoder(scale, edited.dtype, edited.num_channels)
+        key, index = self.scale.key, self._mip
+        with self._kv.lock(INFO_KEY):
+            write_info(self._kv, edited)
+        for scale in edited.scales:
+            forget_shared((self._kv.url, scale.key))
+        self._meta, self._edits = edited, None
+        keys = [s.key for s in edited.scales]
+        self._select(key if key in keys else min(index, len(keys) - 1))
 
     @property
     def meta(self) -> VolumeInfo:
@@ -450,13 +460,14 @@ class Volume(AsyncMethods):
         """The same volume at another scale (by index, key or resolution)."""
         other = object.__new__(Volume)
         other._kv, other._options, other._meta = self._kv, dict(self._options), self._meta
+        other._edits = None
         other._select(mip)
         return other
 
     def refresh(self) -> None:
         """Re-read the info file (after another process added scales)."""
         key = self.scale.key  # (scales are ordered by resolution: indexes may shift)
-        self._meta = read_info(self._kv)
+        self._meta, self._edits = read_info(self._kv), None
         self._select(key)
 
     def add_scale(
@@ -505,9 +516,9 @@ class Volume(AsyncMethods):
             meta = meta.with_scale(scale)
             VolumeInfo.from_dict(meta.to_dict())  # validate the combination
             check_encoder(scale, self.dtype, self.num_channels)
-            self._kv.set(INFO_KEY, meta.to_json().encode())
+            write_info(self._kv, meta)
         current = self.scale.key  # (scales are ordered by resolution: indexes may shift)
-        self._meta = meta
+        self._meta, self._edits = meta, None
         self._select(current)
         return self.mip(scale.key)
 
@@ -562,19 +573,27 @@ class Volume(AsyncMethods):
             jpeg_quality=jpeg_quality,
             png_level=png_level,
         )
-        meta = VolumeInfo.from_dict(
-            {
-                "@type": "neuroglancer_multiscale_volume",
-                "type": type,
-                "data_type": data_type,
-                "num_channels": num_channels,
-                "scales": [scale.to_dict()],
-            }
-        )
-        # everything is checked before anything is written
-        check_encoder(scale, dtype, num_channels)
+        info = {"@type": "neuroglancer_multiscale_volume", "type": type,
+                "data_type": data_type, "num_channels": num_channels,
+                "scales": [scale.to_dict()]}
+        return cls.create_from_info(kv, info, overwrite=overwrite, **options)
+
+    @classmethod
+    def create_from_info(
+        cls, url: str | KVStore, info: dict[str, Any], *, overwrite: bool = False,
+        **options: Any,
+    ) -> Volume:
+        """Write a new info file with every scale ``info`` lists (an info dict, as
+        CloudVolume's ``create_new_info`` makes, with any scales added) and open its first
+        scale.  The info, this host's encoders for every scale and ``options`` (those of
+        :class:`Volume`) are checked before anything is written.  With ``overwrite=True``
+        an existing volume at ``url`` is replaced and its scales' data deleted."""
+        kv = open_store(_without_prefix(url))
+        meta = VolumeInfo.from_dict(info)
+        for scale in meta.scales:
+            check_encoder(scale, meta.dtype, meta.num_channels)
         checked = _checked_options(kv, **options)
-        _fill_value(checked["fill_value"], dtype, kv.url)
+        _fill_value(checked["fill_value"], meta.dtype, kv.url)
         with kv.lock(INFO_KEY):
             old = kv.get(INFO_KEY)
             if old is not None:
@@ -587,10 +606,10 @@ class Volume(AsyncMethods):
                     old_keys = [s.key for s in VolumeInfo.from_json(old).scales]
                 except InfoError:
                     old_keys = []
-                for k in {*old_keys, scale.key}:
+                for k in {*old_keys, *(s.key for s in meta.scales)}:
                     _delete_prefix(kv, k)
                     forget_shared((kv.url, k))
-            kv.set(INFO_KEY, meta.to_json().encode())
+            write_info(kv, meta)
         return cls(kv, 0, **options)
 
 
