@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from shardvol import Volume
-from shardvol.errors import AlreadyExistsError, InfoError, UnsupportedCodecError
+from shardvol.errors import (
+    AlreadyExistsError,
+    InfoError,
+    InvalidArgumentError,
+    OutOfBoundsError,
+    UnsupportedCodecError,
+)
 
 
 def _cloudvolume(url: str, **kwargs):
@@ -94,3 +100,63 @@ def test_redirects_are_followed_and_loops_named(tmp_path):
     (tmp_path / "b" / "info").write_text(json.dumps({"redirect": 5}))
     with pytest.raises(InfoError, match="'redirect' must be a URL"):
         Volume(str(tmp_path / "a"))
+
+
+@pytest.fixture(scope="module")
+def segmentation(tmp_path_factory):
+    """A 2x2x2-chunk uint64 segmentation CloudVolume wrote (labels in 6-voxel blocks, some
+    large, and zero)."""
+    url = f"file://{tmp_path_factory.mktemp('seg')}"
+    info = _new_info(data_type="uint64", volume_size=[70, 60, 20], chunk_size=[32, 32, 16])
+    cv = _cloudvolume(url, info=info)
+    cv.commit_info()
+    rng = np.random.default_rng(9)
+    table = rng.choice(np.array([0, 1, 2, 5, 2**40 + 3, 2**63 + 1], np.uint64), 300)
+    g = np.indices((70, 60, 20)) // 6
+    data = table[(g[0] * 11 + g[1] * 7 + g[2] * 3) % 300][..., None]
+    cv[10:80, 20:80, 0:20] = data
+    return url, data
+
+
+def test_labels_masks_and_renumbering_equal_cloudvolumes(segmentation):
+    url, data = segmentation
+    vol, cv = Volume(url), _cloudvolume(url)
+    for box in (np.s_[10:80, 20:80, 0:20], np.s_[15:47, 33:38, 4:19], np.s_[70:71, 79:80, 19]):
+        bbox = tuple(slice(s.start, s.stop) if isinstance(s, slice) else slice(s, s + 1)
+                     for s in box)
+        assert vol.labels(box).tolist() == sorted(cv.unique(bbox))
+        for label in (2, [5, 2**40 + 3]):
+            theirs = np.isin(np.asarray(cv[bbox]), label)
+            ours = vol.mask(bbox, label)
+            np.testing.assert_array_equal(ours, theirs)
+        # renumbering: the same partition of the voxels as CloudVolume's (its numbering
+        # order is its own), labels 1..n with 0 kept, and the mapping applied
+        ours, mapping = vol.renumber(bbox)
+        theirs, _ = cv.download(bbox, renumber=True)
+        original = np.asarray(cv[bbox])
+        assert ours.dtype == np.uint64 and mapping.get(0, 0) == 0
+        assert sorted(v for k, v in mapping.items() if k) == list(
+            range(1, len([k for k in mapping if k]) + 1))
+        np.testing.assert_array_equal(
+            ours, np.vectorize(lambda v: mapping[int(v)], otypes=[np.uint64])(original))
+        pairs = set(zip(ours.ravel().tolist(), np.asarray(theirs).ravel().tolist()))
+        assert len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs})
+    assert vol.labels().tolist() == np.unique(data).tolist()  # (blocks of chunks)
+
+
+def test_values_at_scattered_points_equal_cloudvolumes(segmentation):
+    url, data = segmentation
+    vol, cv = Volume(url), _cloudvolume(url)
+    rng = np.random.default_rng(4)
+    pts = np.stack([rng.integers(10, 80, 400), rng.integers(20, 80, 400),
+                    rng.integers(0, 20, 400)], axis=1)
+    got = vol.points(pts)
+    theirs = cv.scattered_points([tuple(p) for p in pts.tolist()])
+    assert got.shape == (400, 1)
+    assert [int(v) for v in got[:, 0]] == [int(theirs[tuple(p)]) for p in pts.tolist()]
+    with pytest.raises(OutOfBoundsError, match=r"point \[9, 20, 0\] is outside"):
+        vol.points([[10, 20, 0], [9, 20, 0]])
+    outside = Volume(url, bounded=False, fill_value=7).points([[9, 20, 0], [10, 20, 0]])
+    assert outside[:, 0].tolist() == [7, int(data[0, 0, 0, 0])]
+    with pytest.raises(InvalidArgumentError, match="N x 3"):
+        vol.points([[1.5, 2, 3]])

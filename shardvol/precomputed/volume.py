@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from shardvol.array import labels
 from shardvol.array.cache import (
     DEFAULT_REMOTE_CACHE_BYTES,
     ChunkCache,
@@ -421,6 +422,37 @@ class Volume(AsyncMethods):
             return result
         run(result, progress)
         return None
+
+    # ---------------------------------------------------------------- labels
+    def labels(self, region: Any = ...) -> np.ndarray:
+        """The distinct values in ``region`` (every channel), sorted (CloudVolume's
+        ``unique``), read a block of whole chunks at a time (not the region at once)."""
+        sel = self._selection(region, self._options["bounded"])
+        if any(a.step != 1 for a in sel):
+            return labels.unique(self.__getitem__, iter([region]))
+        box = tuple((a.start, a.start + a.count) for a in sel)
+        itemsize = self.dtype.itemsize
+        return labels.unique(self.__getitem__, labels.blocks(box, self._array.grid, itemsize))
+
+    def mask(self, region: Any, label: Any) -> np.ndarray:
+        """``region`` as a boolean array, true where it holds ``label`` (one or a sequence
+        of labels; CloudVolume's ``download(label=)``)."""
+        return labels.mask(self[region], label)
+
+    def renumber(self, region: Any = ..., start: int = 1,
+                 preserve_zero: bool = True) -> tuple[np.ndarray, dict[int, int]]:
+        """``region`` with its labels renumbered from ``start`` (0 kept as 0 if
+        ``preserve_zero``), and the mapping from old labels to new (CloudVolume's
+        ``download(renumber=True)``); the array keeps the volume's data type."""
+        return labels.renumber(self[region], start, preserve_zero)
+
+    def points(self, coords: Any) -> np.ndarray:
+        """The values at N voxels (an N x 3 array of global x, y, z coordinates): an N x
+        channels array (CloudVolume's ``scattered_points``).  One box is read per chunk
+        the points fall in, the boxes at once.  Points outside the volume: an
+        OutOfBoundsError, or with ``bounded=False`` the fill value."""
+        return labels.points(coords, self._array.grid, self._options["bounded"],
+                             self._array.fill_value, self.dtype, self.read_async)
 
     # ------------------------------------------------------------ chunk level
     def _parts(self, region: Any) -> list[ChunkPart]:
