@@ -160,3 +160,36 @@ def test_values_at_scattered_points_equal_cloudvolumes(segmentation):
     assert outside[:, 0].tolist() == [7, int(data[0, 0, 0, 0])]
     with pytest.raises(InvalidArgumentError, match="N x 3"):
         vol.points([[1.5, 2, 3]])
+
+
+def test_provenance_read_written_and_kept_by_jobs(tmp_path):
+    """CloudVolume's provenance file: edited and committed, read by CloudVolume; shardvol's
+    downsample and copy add their steps (and the copy its source), as igneous's tasks do."""
+    import shardvol
+
+    src = f"file://{tmp_path / 'src'}"
+    vol = Volume.create(src, size=(64, 64, 16), chunk_size=(16, 16, 16), resolution=(4, 4, 40))
+    vol[...] = 3
+    assert vol.provenance == {"description": "", "sources": [], "owners": [],
+                              "processing": []}
+    vol.provenance["description"] = "an image"
+    vol.provenance["owners"].append("someone@example.org")
+    vol.commit_provenance()
+    cv = _cloudvolume(src)
+    assert cv.provenance.description == "an image"
+    assert list(cv.provenance.owners) == ["someone@example.org"]
+    shardvol.downsample(vol, (2, 2, 1), 2, progress=False)
+    steps = Volume(src).provenance["processing"]
+    assert len(steps) == 1 and steps[0]["method"]["task"] == "downsample"
+    assert steps[0]["method"]["num_mips"] == 2 and steps[0]["by"].startswith("shardvol ")
+    dst = f"file://{tmp_path / 'dst'}"
+    shardvol.copy(src, dst, progress=False)
+    copied = Volume(dst).provenance
+    assert copied["sources"] == [src] and copied["processing"][0]["method"]["task"] == "copy"
+    assert list(_cloudvolume(dst).provenance.sources) == [src]
+    vol.provenance["owners"].append("someone@example.org")
+    with pytest.raises(InfoError, match="'owners' holds a value twice"):
+        vol.commit_provenance()
+    (tmp_path / "src" / "provenance").write_text("[1]")
+    with pytest.raises(InfoError, match="provenance is a JSON object"):
+        Volume(src).provenance

@@ -52,6 +52,7 @@ from shardvol.formats import FORMATS, check_format, detect_format, split_format
 from shardvol.kvstore import FileStore, KVStore, open_store
 from shardvol.kvstore.job_record import (
     begin_job,
+    clear_job,
     preparing,
     read_job,
     set_tasks,
@@ -68,6 +69,7 @@ from shardvol.ops.geometry import (
 )
 from shardvol.ops.jobs import run_job
 from shardvol.ops.tasks import check_reachable
+from shardvol.precomputed.provenance import record_step
 from shardvol.precomputed.sharded import ShardedChunkStore
 from shardvol.precomputed.volume import Volume, check_encoder, make_scale
 from shardvol.zarr3 import OmeZarrImage, ZarrArray
@@ -506,7 +508,12 @@ def copy(
                           overwrite=overwrite)
         set_tasks(dst_kv, len(tasks))
         run_job(dst_kv, run_copy_task, tasks, executor, resumed=record is not None,
-                progress=progress, desc=f"copy -> {out_format}")
+                progress=progress, desc=f"copy -> {out_format}", finish=False)
+        if out_format == "precomputed":  # (the file is precomputed's: a Zarr array has none)
+            record_step(dst_kv, {"task": "copy", **{k: v for k, v in params.items()
+                                                    if k != "source_scales"}},
+                        sources=(_url(src_rest),))
+        clear_job(dst_kv)
     _opened.cache_clear()
     if out_format == "precomputed":
         return Volume(dst_rest)

@@ -52,6 +52,7 @@ from shardvol.ops.jobs import run_job
 from shardvol.ops.pooling import METHODS, downsample_pyramid
 from shardvol.ops.tasks import check_reachable
 from shardvol.precomputed.info import resolution_key
+from shardvol.precomputed.provenance import record_step
 from shardvol.precomputed.volume import Volume
 from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.sizes import parse_bytes
@@ -481,6 +482,8 @@ def downsample(
                 run_job(vol.store, run_task, tasks, pool or executor,
                         resumed=record is not None, progress=progress,
                         desc=f"downsample stage {i}/{len(stages)}", finish=False)
+        record_step(vol.store, {"task": "downsample", **params,
+                                "memory_limit": limit, "stages": len(stages)})
         clear_job(vol.store)
     return [vol.mip(t.scale.key) for t in targets]
 

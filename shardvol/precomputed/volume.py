@@ -45,6 +45,7 @@ from shardvol.kvstore.job_record import (
 from shardvol.precomputed.codecs import get_codec
 from shardvol.precomputed.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
 from shardvol.precomputed.info_file import INFO_KEY, follow, parse_info, read_info, write_info
+from shardvol.precomputed.provenance import read_provenance, write_provenance
 from shardvol.precomputed.raw_files import RawFileReader
 from shardvol.precomputed.sharded import ShardedChunkStore
 from shardvol.precomputed.unsharded import UnshardedChunkStore, chunk_key
@@ -105,6 +106,7 @@ class Volume(AsyncMethods):
             cache_bytes=cache_bytes)
         self._meta = parse_info(self._kv, raw_info)
         self._edits: dict[str, Any] | None = None
+        self._provenance: dict[str, Any] | None = None
         self._select(mip)
         warn_if_unfinished(raw_job, self.scale.key, f"{self.url} scale {self.scale.key}",
                            f"{self.url}/{JOB_KEY}")
@@ -116,7 +118,7 @@ class Volume(AsyncMethods):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._kv, self._options, self._meta = state["kv"], state["options"], state["meta"]
-        self._edits = None
+        self._edits = self._provenance = None
         self._select(state["mip"])
 
     def _select(self, mip: int | str | Sequence[float]) -> None:
@@ -201,6 +203,19 @@ class Volume(AsyncMethods):
         self._meta, self._edits = edited, None
         keys = [s.key for s in edited.scales]
         self._select(key if key in keys else min(index, len(keys) - 1))
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """The volume's provenance file as a dict to edit (CloudVolume's ``provenance``: a
+        description, sources, owners, processing steps), written by
+        :meth:`commit_provenance`; shardvol's own jobs add their steps themselves."""
+        if self._provenance is None:
+            self._provenance = read_provenance(self._kv)
+        return self._provenance
+
+    def commit_provenance(self) -> None:
+        """Write the edited :attr:`provenance` (checked first), under the store's lock."""
+        write_provenance(self._kv, self.provenance)
 
     @property
     def meta(self) -> VolumeInfo:
@@ -492,7 +507,7 @@ class Volume(AsyncMethods):
         """The same volume at another scale (by index, key or resolution)."""
         other = object.__new__(Volume)
         other._kv, other._options, other._meta = self._kv, dict(self._options), self._meta
-        other._edits = None
+        other._edits = other._provenance = None
         other._select(mip)
         return other
 
