@@ -18,3 +18,14 @@ def load_json(text: str | bytes | bytearray | memoryview, source: str) -> Any:
         raise InfoError(f"{source}: not valid JSON (nested too deeply to parse)") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise InfoError(f"{source}: not valid JSON ({e})") from e
+
+
+def plain(value: Any) -> Any:
+    """``value`` as the plain JSON it is written as (tuples as lists, numpy numbers and
+    arrays as Python's); TypeError names a value that has no JSON form."""
+    def convert(o: Any) -> Any:
+        if hasattr(o, "tolist"):  # (numpy numbers and arrays)
+            return o.tolist()
+        raise TypeError(f"a value of type {type(o).__name__} has no JSON form")
+
+    return json.loads(json.dumps(value, default=convert))

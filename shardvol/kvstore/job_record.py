@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from shardvol.errors import IncompleteWarning, InfoError, JobConflictError
-from shardvol.jsondoc import load_json
+from shardvol.jsondoc import load_json, plain
 from shardvol.kvstore.base import HIDDEN_PREFIX, KVStore
 
 JOB_KEY = HIDDEN_PREFIX + "job"
@@ -103,17 +103,6 @@ class JobStatus:
         r = self.record
         return (f"incomplete: {self.done} of {r.tasks} tasks done, {r.kind} job started "
                 f"{r.started} on {r.host or 'an unknown host'}")
-
-
-def plain(value: Any) -> Any:
-    """``value`` as the JSON a record keeps of it (tuples as lists, numpy numbers as
-    Python's)."""
-    def convert(o: Any) -> Any:
-        if hasattr(o, "tolist"):  # (numpy numbers and arrays)
-            return o.tolist()
-        raise TypeError(f"a job parameter of type {type(o).__name__} is not JSON")
-
-    return json.loads(json.dumps(value, default=convert))
 
 
 def read_job(kv: KVStore) -> JobRecord | None:

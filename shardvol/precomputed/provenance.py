@@ -18,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from shardvol.errors import InfoError
-from shardvol.jsondoc import load_json
+from shardvol.jsondoc import load_json, plain
 from shardvol.kvstore import KVStore
 
 PROVENANCE_KEY = "provenance"
@@ -58,7 +58,7 @@ def check(doc: Any, source: str) -> dict[str, Any]:
 
 def write_provenance(kv: KVStore, doc: dict[str, Any]) -> None:
     """Write ``doc`` (checked first) as the volume's provenance, under the store's lock."""
-    checked = check(json.loads(json.dumps(doc)), f"{kv.url}/{PROVENANCE_KEY}")
+    checked = check(plain(doc), f"{kv.url}/{PROVENANCE_KEY}")
     with kv.lock(PROVENANCE_KEY):
         kv.set(PROVENANCE_KEY, json.dumps(checked, indent=2).encode())
 
@@ -70,7 +70,7 @@ def record_step(kv: KVStore, method: dict[str, Any], sources: tuple[str, ...] = 
         doc = read_provenance(kv)
         doc["sources"] += [s for s in sources if s not in doc["sources"]]
         doc["processing"].append({
-            "method": json.loads(json.dumps(method)),
+            "method": plain(method),
             "by": f"shardvol {_version()} ({_user()}@{socket.gethostname()})",
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         })
