@@ -54,7 +54,7 @@ def chunk_bounds(name):
 
 def test_registry_maps_info_encodings_to_codecs():
     assert set(CODECS) == {"raw", "compressed_segmentation", "jpeg", "png", "compresso",
-                           "crackle"}
+                           "crackle", "fpzip", "kempressed", "zfpc"}
     assert set(CODECS) == set(ENCODINGS)  # every encoding an info file may name
     assert isinstance(get_codec("raw", dtype="float32", num_channels=2), RawCodec)
     assert isinstance(get_codec("jpeg", dtype="uint8", num_channels=3), JpegCodec)

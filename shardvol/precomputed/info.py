@@ -20,7 +20,8 @@ from shardvol.jsondoc import load_json
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
               "float32", "float64")
-ENCODINGS = ("raw", "jpeg", "compressed_segmentation", "png", "compresso", "crackle")
+ENCODINGS = ("raw", "jpeg", "compressed_segmentation", "png", "compresso", "crackle", "fpzip",
+             "kempressed", "zfpc")
 #: What compresso and crackle (igneous / CloudVolume) store: one channel of unsigned labels.
 LABEL_ENCODING_TYPES = ("uint8", "uint16", "uint32", "uint64")
 VOLUME_TYPES = ("image", "segmentation")
@@ -230,6 +231,8 @@ class VolumeInfo:
             )
         if encoding == "compressed_segmentation" and dt not in ("uint32", "uint64"):
             raise InfoError(f"info: {where} compressed_segmentation needs uint32/uint64, not {dt}")
+        if encoding in ("fpzip", "kempressed", "zfpc") and dt not in ("float32", "float64"):
+            raise InfoError(f"info: {where} {encoding} needs float32/float64, not {dt}")
         if encoding in ("compresso", "crackle") and (dt not in LABEL_ENCODING_TYPES or nc != 1):
             raise InfoError(
                 f"info: {where} {encoding} needs one channel of uint8/16/32/64, not {dt} x {nc}"

@@ -12,7 +12,7 @@ import math
 import numbers
 import operator
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -42,7 +42,7 @@ from shardvol.kvstore.job_record import (
     read_job,
     warn_if_unfinished,
 )
-from shardvol.precomputed.codecs import get_codec
+from shardvol.precomputed.codecs import CODECS, ChunkEncoding, get_codec
 from shardvol.precomputed.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
 from shardvol.precomputed.info_file import INFO_KEY, follow, parse_info, read_info, write_info
 from shardvol.precomputed.provenance import read_provenance, write_provenance
@@ -148,14 +148,7 @@ class Volume(AsyncMethods):
                 kv, grid, self._spec, self._options["compress_level"], max_chunk,
                 chunk_nbytes=math.prod(grid.chunk_shape) * meta.dtype.itemsize,
             )
-        codec = get_codec(
-            scale.encoding,
-            dtype=meta.dtype,
-            num_channels=c,
-            compressed_segmentation_block_size=scale.compressed_segmentation_block_size,
-            jpeg_quality=self._options["jpeg_quality"] or scale.extra.get("jpeg_quality"),
-            png_level=scale.extra.get("png_level"),
-        )
+        codec = scale_codec(scale, meta.dtype, c, jpeg_quality=self._options["jpeg_quality"])
         self._array = ChunkedArray(
             grid=grid,
             dtype=meta.dtype,
@@ -529,12 +522,13 @@ class Volume(AsyncMethods):
         key: str | None = None,
         jpeg_quality: int | None = None,
         png_level: int | None = None,
+        encoding_options: Mapping[str, Any] | None = None,
         overwrite: bool = False,
     ) -> Volume:
         """Add a scale to the info file (atomically) and return a Volume on it.
 
-        Defaults (chunk size, encoding, block size, jpeg quality, png level) come
-        from this scale.
+        Defaults (chunk size, encoding, block size, jpeg quality, png level, the other
+        options of the encoding when it is this scale's) come from this scale.
         """
         base = self.scale
         encoding = (encoding or base.encoding).lower()
@@ -548,6 +542,7 @@ class Volume(AsyncMethods):
             dtype=self.dtype, num_channels=self.num_channels,
             jpeg_quality=jpeg_quality or base.extra.get("jpeg_quality"),
             png_level=png_level if png_level is not None else base.extra.get("png_level"),
+            encoding_options={**_encoding_options(base, encoding), **(encoding_options or {})},
         )
         with self._kv.lock(INFO_KEY):
             meta = read_info(self._kv)
@@ -588,13 +583,16 @@ class Volume(AsyncMethods):
         png_level: int | None = None,
         sharding: str | dict[str, Any] | None = None,
         overwrite: bool = False,
+        encoding_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Volume:
         """Write a new info file with one scale and open it.
 
         ``sharding``: None (unsharded), ``"auto"`` (see :func:`shardvol.sharding.auto_sharding`)
-        or a sharding spec dict.  With ``overwrite=True`` an existing volume at
-        ``url`` is replaced and its scales' data deleted.
+        or a sharding spec dict.  ``encoding_options``: the encoding's other info fields,
+        such as ``{"fpzip_precision": 24}`` or ``{"zfpc_tolerance": 0.001}``.  With
+        ``overwrite=True`` an existing volume at ``url`` is replaced and its scales' data
+        deleted.
         """
         kv = open_store(_without_prefix(url))
         cseg = encoding.lower() == "compressed_segmentation"
@@ -619,6 +617,7 @@ class Volume(AsyncMethods):
             num_channels=num_channels,
             jpeg_quality=jpeg_quality,
             png_level=png_level,
+            encoding_options=encoding_options,
         )
         info = {"@type": "neuroglancer_multiscale_volume", "type": type,
                 "data_type": data_type, "num_channels": num_channels,
@@ -674,10 +673,13 @@ def make_scale(
     num_channels: int,
     jpeg_quality: int | None = None,
     png_level: int | None = None,
+    encoding_options: Mapping[str, Any] | None = None,
 ) -> ScaleInfo:
     """A validated ScaleInfo; ``sharding="auto"`` picks a spec for this geometry.
 
-    ``jpeg_quality`` / ``png_level`` are stored in the scale as TensorStore does.
+    ``jpeg_quality`` / ``png_level`` are stored in the scale as TensorStore does (when the
+    encoding uses them); ``encoding_options`` are other fields of the encoding
+    (``fpzip_precision``, ``zfpc_tolerance``, ...): InvalidArgumentError for one it has not.
     """
     encoding = encoding.lower()
     if np.dtype(dtype).name not in DATA_TYPES:
@@ -699,6 +701,14 @@ def make_scale(
         d["jpeg_quality"] = _integer(jpeg_quality)
     if encoding == "png" and png_level is not None:
         d["png_level"] = _integer(png_level)
+    known = CODECS[encoding].options if encoding in CODECS else ()
+    for name, value in (encoding_options or {}).items():
+        if name not in known or name == "compressed_segmentation_block_size":
+            raise InvalidArgumentError(
+                f"{name!r} is not an option of the {encoding!r} encoding; its options: "
+                f"{', '.join(known) or 'none'}")
+        if value is not None:
+            d[name] = list(value) if isinstance(value, tuple) else value
     scale = ScaleInfo.from_dict(d, f"scale {d['key']}")
     if sharding == "auto":
         spec = auto_sharding(
@@ -714,13 +724,31 @@ def make_scale(
     return ScaleInfo.from_dict(d, f"scale {d['key']}")
 
 
+def _encoding_options(scale: ScaleInfo, encoding: str) -> dict[str, Any]:
+    """``scale``'s fields of ``encoding``'s options other than the jpeg quality, png level
+    and block size (empty if ``scale`` has another encoding)."""
+    if scale.encoding != encoding:
+        return {}
+    own = ("jpeg_quality", "png_level", "compressed_segmentation_block_size")
+    return {k: scale.extra[k] for k in CODECS[encoding].options
+            if k in scale.extra and k not in own}
+
+
 def check_encoder(scale: ScaleInfo, dtype: np.dtype, num_channels: int) -> None:
     """Raise unless this host can encode the chunks of ``scale`` (its options, such as the
     jpeg quality and png level, in range; the encoder's package installed)."""
-    get_codec(scale.encoding, dtype=dtype, num_channels=num_channels,
-              compressed_segmentation_block_size=scale.compressed_segmentation_block_size,
-              jpeg_quality=scale.extra.get("jpeg_quality"), png_level=scale.extra.get("png_level"),
-              ).ensure_encoder()
+    scale_codec(scale, dtype, num_channels).ensure_encoder()
+
+
+def scale_codec(scale: ScaleInfo, dtype: np.dtype, num_channels: int,
+                jpeg_quality: int | None = None) -> ChunkEncoding:
+    """The codec of ``scale``'s chunks, with the options its info fields set (and the
+    Volume's ``jpeg_quality``, if given, for the chunks it writes)."""
+    return get_codec(scale.encoding, dtype=dtype, num_channels=num_channels,
+                     **{**scale.extra, "jpeg_quality": jpeg_quality
+                        or scale.extra.get("jpeg_quality"),
+                        "compressed_segmentation_block_size":
+                            scale.compressed_segmentation_block_size})
 
 
 def _checked_options(

@@ -1,30 +1,16 @@
 """What the compresso and crackle encodings share: one channel of unsigned labels, and a
-PyPI package (an optional extra) that encodes them."""
+PyPI package (the ``segmentation`` extra) that encodes them."""
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import ClassVar
 
 import numpy as np
 
-from shardvol.errors import ChunkDecodeError, ChunkEncodeError, UnsupportedCodecError
+from shardvol.errors import ChunkDecodeError, ChunkEncodeError
 from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4
 
 LABEL_DTYPES = frozenset(np.dtype(t) for t in ("uint8", "uint16", "uint32", "uint64"))
-EXTRA = "segmentation"  # pip install shardvol[segmentation]
-
-
-def import_package(module: str, distribution: str, encoding: str) -> ModuleType:
-    """The package ``module``, or UnsupportedCodecError naming the extra that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise UnsupportedCodecError(
-            f"the {encoding!r} chunk encoding needs the {distribution} package: "
-            f"pip install shardvol[{EXTRA}] (or pip install {distribution})"
-        ) from e
 
 
 class LabelCodec(ChunkEncoding):

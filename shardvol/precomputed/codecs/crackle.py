@@ -21,7 +21,8 @@ from crc32c import crc32c
 
 from shardvol._ext.crackle_check import check_crack_codes
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError
-from shardvol.precomputed.codecs._labels import LabelCodec, import_package
+from shardvol.precomputed.codecs._labels import LabelCodec
+from shardvol.precomputed.codecs._packages import import_package
 from shardvol.precomputed.codecs.base import Shape4, fortran_empty
 
 _HEADER_BYTES = 29
@@ -34,10 +35,10 @@ class CrackleCodec(LabelCodec):
     max_axis = 2**32 - 1  # the header's 32-bit sizes
 
     def ensure_encoder(self) -> None:
-        import_package("crackle", "crackle-codec", self.encoding)
+        import_package("crackle", "crackle-codec", self.encoding, "segmentation")
 
     def _encode(self, array: np.ndarray) -> bytes:
-        crackle = import_package("crackle", "crackle-codec", self.encoding)
+        crackle = import_package("crackle", "crackle-codec", self.encoding, "segmentation")
         self._check_extent(array)
         try:
             return crackle.compress(np.asfortranarray(array[..., 0], dtype=self.dtype),
@@ -55,7 +56,7 @@ class CrackleCodec(LabelCodec):
             return target
         if check_stream(data, shape[:3], self.dtype, where, target[..., 0]):
             return target  # flat labels: decoded by the check
-        crackle = import_package("crackle", "crackle-codec", self.encoding)
+        crackle = import_package("crackle", "crackle-codec", self.encoding, "segmentation")
         try:  # (pins: checked, decoded by the package)
             labels = crackle.decompress(bytes(data), parallel=1)
         except Exception as e:  # the package raises its own FormatError, RuntimeError, ...
