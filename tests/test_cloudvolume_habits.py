@@ -194,3 +194,71 @@ def test_provenance_read_written_and_kept_by_jobs(tmp_path):
     (tmp_path / "src" / "provenance").write_text("[1]")
     with pytest.raises(InfoError, match="provenance is a JSON object"):
         assert Volume(src).provenance
+
+
+@pytest.mark.parametrize("sharding", [None, "auto"])
+def test_a_region_copied_into_an_existing_volume_keeps_its_info(tmp_path, sharding):
+    import shardvol
+
+    rng = np.random.default_rng(7)
+    src = Volume.create(str(tmp_path / "src"), size=(96, 80, 16), voxel_offset=(10, 20, 0),
+                        resolution=(8, 8, 40), data_type="uint32", chunk_size=(32, 32, 8),
+                        type="segmentation", encoding="compressed_segmentation")
+    src[...] = source = rng.integers(1, 50, (96, 80, 16, 1), dtype=np.uint32)
+    # the destination: CloudVolume's layer, with two scales, a mesh directory and old data
+    info = _new_info()
+    info["mesh"] = "mesh"
+    cv = _cloudvolume(f"file://{tmp_path / 'dst'}", info=info)
+    cv.add_scale([16, 16, 40])
+    cv.commit_info()
+    cv[10:106, 20:100, 0:16] = before = rng.integers(100, 200, (96, 80, 16, 1), dtype=np.uint32)
+    if sharding:  # (the same scale, sharded, written by shardvol)
+        Volume.create_from_info(str(tmp_path / "dst"), {
+            **cv.info, "scales": [{**cv.info["scales"][0], "sharding": {
+                "@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
+                "minishard_bits": 1, "shard_bits": 2, "minishard_index_encoding": "gzip",
+                "data_encoding": "gzip"}}, cv.info["scales"][1]]}, overwrite=True)
+        Volume(str(tmp_path / "dst"))[...] = before
+    info_before = Volume(str(tmp_path / "dst")).info
+
+    region = (slice(25, 70), slice(40, 61), slice(3, 12))  # (not chunk-aligned)
+    out = shardvol.copy(str(tmp_path / "src"), str(tmp_path / "dst"), region=region,
+                        into_existing=True, progress=False)
+    assert out.info == info_before  # (scales, mesh key: all kept)
+    expected = before.copy()
+    expected[15:60, 20:41, 3:12] = source[15:60, 20:41, 3:12]
+    theirs = np.asarray(_cloudvolume(f"file://{tmp_path / 'dst'}")[10:106, 20:100, 0:16])
+    np.testing.assert_array_equal(theirs, expected)
+
+    with pytest.raises(InvalidArgumentError, match="encoding"):
+        shardvol.copy(str(tmp_path / "src"), str(tmp_path / "dst"), into_existing=True,
+                      encoding="raw", progress=False)
+    with pytest.raises(OutOfBoundsError):
+        shardvol.copy(str(tmp_path / "src"), str(tmp_path / "dst"), into_existing=True,
+                      region=(slice(0, 20), slice(20, 30), slice(0, 4)), progress=False)
+    with pytest.raises(AlreadyExistsError):  # (without into_existing: refused, as before)
+        shardvol.copy(str(tmp_path / "src"), str(tmp_path / "dst"), progress=False)
+    Volume.create(str(tmp_path / "other"), size=(96, 80, 16), data_type="uint8",
+                  resolution=(8, 8, 40))
+    with pytest.raises(InvalidArgumentError, match="uint8"):
+        shardvol.copy(str(tmp_path / "src"), str(tmp_path / "other"), into_existing=True,
+                      progress=False)
+    assert Volume(str(tmp_path / "dst")).info == info_before
+
+
+def test_cp_into_existing_from_the_command_line(tmp_path):
+    from shardvol.cli import main
+
+    rng = np.random.default_rng(8)
+    src = Volume.create(str(tmp_path / "src"), size=(64, 64, 16), chunk_size=(32, 32, 8))
+    src[...] = source = rng.integers(1, 255, (64, 64, 16, 1), dtype=np.uint8)
+    dst = Volume.create(str(tmp_path / "dst"), size=(64, 64, 16), chunk_size=(16, 16, 16),
+                        sharding="auto")
+    dst[...] = 7
+    assert main(["cp", str(tmp_path / "src"), str(tmp_path / "dst"), "--into-existing",
+                 "--region", "5:40,0:64,2:9", "--quiet"]) == 0
+    expected = np.full((64, 64, 16, 1), 7, np.uint8)
+    expected[5:40, :, 2:9] = source[5:40, :, 2:9]
+    np.testing.assert_array_equal(Volume(str(tmp_path / "dst"))[...], expected)
+    with pytest.raises(SystemExit):
+        main(["cp", str(tmp_path / "src"), str(tmp_path / "dst"), "--region", "5:40,0:64"])

@@ -33,7 +33,9 @@ def register(subparsers: Any) -> None:
                 description=__doc__ + "\n\nexamples:\n  shardvol cp /data/em /data/em.zarr\n"
                 "  shardvol cp /data/em /data/em.ome.zarr      # every scale\n"
                 "  shardvol cp /data/em.ome.zarr /data/em2      # every level\n"
-                "  shardvol cp /data/em.zarr /data/em2 --encoding jpeg --sharding auto")
+                "  shardvol cp /data/em.zarr /data/em2 --encoding jpeg --sharding auto\n"
+                "  shardvol cp /data/em /data/em-proofread --into-existing "
+                "--region 0:512,0:512,100:164")
     p.add_argument("src", help="source volume or array (path or URL)")
     p.add_argument("dst", help="destination (path or URL)")
     p.add_argument("--mip", type=int, default=None,
@@ -53,7 +55,24 @@ def register(subparsers: Any) -> None:
                    help="zarr3 / ome-zarr inner chunk shape")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing destination (or an unfinished other copy there)")
+    p.add_argument("--region", type=region_arg, metavar="X0:X1,Y0:Y1,Z0:Z1",
+                   help="copy only this box (global voxel coordinates of the source scale)")
+    p.add_argument("--into-existing", action="store_true",
+                   help="write into the precomputed volume at DST, keeping its info "
+                        "(CloudVolume's transfer_to into an existing layer)")
     executor_args(p)
+
+
+def region_arg(text: str) -> tuple[slice, slice, slice]:
+    """``X0:X1,Y0:Y1,Z0:Z1`` as three slices."""
+    try:
+        bounds = [tuple(int(v) for v in part.split(":")) for part in text.split(",")]
+        if len(bounds) != 3 or any(len(b) != 2 for b in bounds):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a region is X0:X1,Y0:Y1,Z0:Z1 (integers), not {text!r}") from None
+    return tuple(slice(a, b) for a, b in bounds)  # type: ignore[return-value]  # 3 axes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             sharding=args.sharding, chunk_size=args.chunk_size,
             inner_chunk_shape=args.inner_chunk_shape, compress_level=args.compress_level,
             executor=ex, progress=not args.quiet, overwrite=args.overwrite,
+            region=args.region, into_existing=args.into_existing,
         )
     note(args, f"copied {args.src} -> {out!r}")
     return 0

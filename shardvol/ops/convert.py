@@ -47,7 +47,7 @@ import numpy as np
 
 from shardvol.array.grid import grow_block
 from shardvol.compression import check_level
-from shardvol.errors import AlreadyExistsError, InvalidArgumentError
+from shardvol.errors import AlreadyExistsError, InvalidArgumentError, OutOfBoundsError
 from shardvol.formats import FORMATS, check_format, detect_format, split_format
 from shardvol.kvstore import FileStore, KVStore, open_store
 from shardvol.kvstore.job_record import (
@@ -247,17 +247,31 @@ def _boxes(origin: Vec3, size: Vec3, block: Sequence[int]) -> list[Box]:
 
 
 def plan(geometry: Geometry, dst: Frame, run: str, src_ep: Endpoint,
-         dst_ep: Endpoint) -> list[CopyTask]:
-    """Tasks that each own whole output units of ``dst``."""
+         dst_ep: Endpoint, region: Box | None = None) -> list[CopyTask]:
+    """Tasks that each own whole output units of ``dst`` (of ``region`` only, if given:
+    the units it covers in part are written in part)."""
     g = geometry
     unit = dst.unit()
     where = _url(dst_ep.url) + (f" scale {dst_ep.scale}" if dst_ep.scale else "")
-    if unit is None:
+    if region is None and unit is None:
         assert isinstance(dst, PrecomputedFrame)  # (hashed shards)
         return _hashed_shard_tasks(dst.vol, run, src_ep, dst_ep, where)
-    block = _blocks(unit, g.size, g.voxel_bytes, TASK_BYTES)
-    return [CopyTask(run, src_ep, dst_ep, box, where=where)
-            for box in _boxes(g.voxel_offset, g.size, block)]
+    if region is None:
+        block = _blocks(unit, g.size, g.voxel_bytes, TASK_BYTES)  # type: ignore[arg-type]
+        return [CopyTask(run, src_ep, dst_ep, box, where=where)
+                for box in _boxes(g.voxel_offset, g.size, block)]
+    assert isinstance(dst, PrecomputedFrame)  # (regions are copied into precomputed scales)
+    vol = dst.vol
+    size: Vec3 = vol.shape[:3]
+    block = _blocks(unit or vol.chunk_size, size, g.voxel_bytes, TASK_BYTES)
+    boxes = []
+    for start, stop in _boxes(vol.voxel_offset, size, block):  # (on the output's grid)
+        lo = tuple(max(a, r) for a, r in zip(start, region[0]))
+        hi = tuple(min(b, r) for b, r in zip(stop, region[1]))
+        if all(a < b for a, b in zip(lo, hi)):
+            boxes.append((lo, hi))
+    return [CopyTask(run, src_ep, dst_ep, box, where=where)  # type: ignore[arg-type]
+            for box in boxes]
 
 
 def _hashed_shard_tasks(vol: Volume, run: str, src: Endpoint, dst: Endpoint,
@@ -425,6 +439,8 @@ def copy(
     executor: Executor | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    region: Sequence[slice] | Box | None = None,
+    into_existing: bool = False,
 ) -> Volume | ZarrArray | OmeZarrImage:
     """Copy a precomputed volume, a 3-/4-D Zarr v3 array or an OME-Zarr 0.5 image at
     ``src`` to ``dst``.
@@ -457,6 +473,13 @@ def copy(
     ``get_executor()``) works when both URLs are reachable from its workers.
     Everything about the source is read and checked before anything is written.
     Returns the opened output (its finest scale).
+
+    ``region``: copy only this box of one scale (x, y, z slices, or ``(start, stop)``, in
+    the source's global voxel coordinates), written at the same coordinates.
+    ``into_existing=True`` (CloudVolume's ``transfer_to`` into an existing layer): write
+    into the precomputed volume at ``dst``, keeping its info (its scales, encodings,
+    meshes, ...); it needs a scale of each copied scale's resolution, data type and
+    channels that holds the region, and takes no output options.
     """
     if compress_level is not None:
         check_level(compress_level)
@@ -471,7 +494,16 @@ def copy(
     out_format = _output_format(dst, format, existing)
     _, dst_rest = split_format(dst)
     dst_kv = open_store(dst_rest)
-    if existing is not None and not overwrite and read_job(dst_kv) is None:
+    if into_existing:
+        _reject(why="a copy into an existing volume (its info is kept)", format=format,
+                encoding=encoding, chunk_size=chunk_size, inner_chunk_shape=inner_chunk_shape,
+                codecs=codecs, overwrite=overwrite or None,
+                sharding=None if sharding == "auto" else sharding)
+        if existing != "precomputed" or out_format != "precomputed":
+            raise InvalidArgumentError(
+                f"into_existing copies into a precomputed volume; {_url(dst_rest)} holds "
+                f"{'a ' + existing + ' volume' if existing else 'none'}")
+    elif existing is not None and not overwrite and read_job(dst_kv) is None:
         raise AlreadyExistsError(
             f"{_url(dst_rest)} already holds a {existing} volume; pass overwrite=True (--overwrite)"
         )
@@ -486,6 +518,7 @@ def copy(
 
     sources = _sources(src_format, src_rest, mip, out_format)
     scales = [g for g, _ in sources]
+    box = None if region is None else _region_box(region, scales, _url(src_rest))
     c = scales[0].num_channels
     chunk3 = _shape3(chunk_size, c, "chunk_size")
     inner3 = _shape3(inner_chunk_shape, c, "inner_chunk_shape")
@@ -495,17 +528,18 @@ def copy(
         "chunk_size": chunk3, "inner_chunk_shape": inner3, "compress_level": compress_level,
         "codecs": None if codecs is None else [
             c.to_json() if isinstance(c, Codec) else c for c in codecs],
+        "region": box, "into_existing": into_existing,
     }
     with within_job():
         with preparing(dst_kv) as prep:
             # (a different unfinished copy here is refused before anything is written)
             record = begin_job(dst_kv, "copy", params, overwrite=overwrite)
             prep.new = record is None
-            resume = record is not None and existing == out_format
+            resume = into_existing or (record is not None and existing == out_format)
             tasks = _copy(sources, scales, src_rest, dst_rest, out_format, resume, chunk3,
                           inner3, encoding=encoding, sharding=sharding, codecs=codecs,
                           compress_level=compress_level, inner_chunk_shape=inner_chunk_shape,
-                          overwrite=overwrite)
+                          overwrite=overwrite, region=box)
         set_tasks(dst_kv, len(tasks))
         run_job(dst_kv, run_copy_task, tasks, executor, resumed=record is not None,
                 progress=progress, desc=f"copy -> {out_format}", finish=False)
@@ -542,14 +576,15 @@ def _copy(
     compress_level: int | None,
     inner_chunk_shape: Sequence[int] | None,
     overwrite: bool,
+    region: Box | None,
 ) -> list[CopyTask]:
-    """The destination created (or, ``resume``, opened as the job left it) and the copy's
-    tasks, in the order of its scales."""
+    """The destination created (or, ``resume``, opened as the job left it or as it was)
+    and the copy's tasks (of ``region`` only, if given), in the order of its scales."""
     frames: list[Frame]
     if out_format == "precomputed":
         _reject(inner_chunk_shape=inner_chunk_shape, codecs=codecs, why="precomputed output")
         if resume:
-            vols = [Volume(dst_rest, list(g.resolution)) for g in scales]
+            vols = [_existing_scale(dst_rest, g, region) for g in scales]
         else:
             vols = _create_precomputed(
                 dst_rest, scales, encoding=encoding, chunk_size=chunk3, sharding=sharding,
@@ -581,8 +616,61 @@ def _copy(
     return [
         task
         for (g, src_ep), frame, dst_ep in zip(sources, frames, dst_eps)
-        for task in plan(g, frame, run, src_ep, dst_ep)
+        for task in plan(g, frame, run, src_ep, dst_ep, region)
     ]
+
+
+def _region_box(region: Sequence[slice] | Box, scales: list[Geometry], src: str) -> Box:
+    """``region`` as a (start, stop) box inside the one source scale."""
+    if len(scales) != 1:
+        raise InvalidArgumentError(
+            f"a region is copied from one scale; {src} has {len(scales)}: pass mip=")
+    g = scales[0]
+    try:
+        if all(isinstance(s, slice) for s in region):
+            slices: list[slice] = list(region)  # type: ignore[arg-type]  # (checked)
+            start, stop = tuple(int(s.start) for s in slices), tuple(int(s.stop) for s in slices)
+            steps = {s.step for s in slices}
+        else:
+            lo, hi = region
+            start, stop = tuple(int(v) for v in lo), tuple(int(v) for v in hi)  # type: ignore[union-attr]
+            steps = {None}
+    except (TypeError, ValueError):
+        start = stop = ()
+        steps = {None}
+    if len(start) != 3 or len(stop) != 3 or steps - {None, 1}:
+        raise InvalidArgumentError(
+            f"region must be 3 slices (x, y, z) with start and stop, or (start, stop); "
+            f"got {region!r}")
+    end = tuple(o + n for o, n in zip(g.voxel_offset, g.size))
+    if not all(o <= a < b <= e for o, a, b, e in zip(g.voxel_offset, start, stop, end)):
+        raise OutOfBoundsError(
+            f"region {list(start)}-{list(stop)} is not inside {src}'s "
+            f"{list(g.voxel_offset)}-{list(end)}")
+    return start, stop
+
+
+def _existing_scale(dst: str | KVStore, g: Geometry, region: Box | None) -> Volume:
+    """The scale of the volume at ``dst`` that a copy of ``g`` (``region`` of it) writes:
+    of ``g``'s resolution, data type and channels, holding what is copied."""
+    vol = Volume(dst)
+    matches = [m for m in range(len(vol.mips))
+               if np.allclose(vol.mip(m).resolution, g.resolution)]
+    if not matches:
+        raise InvalidArgumentError(
+            f"{vol.url} has no scale of resolution {list(g.resolution)} to copy into")
+    vol = vol.mip(matches[0])
+    if vol.dtype != g.dtype or vol.num_channels != g.num_channels:
+        raise InvalidArgumentError(
+            f"{vol.url} scale {vol.scale.key} holds {vol.dtype.name} x {vol.num_channels} "
+            f"channels, the source {g.dtype.name} x {g.num_channels}")
+    start, stop = region or (g.voxel_offset, tuple(o + n for o, n in zip(g.voxel_offset, g.size)))
+    end = vol.bounds[1]
+    if not all(o <= a and b <= e for o, a, b, e in zip(vol.voxel_offset, start, stop, end)):
+        raise OutOfBoundsError(
+            f"{vol.url} scale {vol.scale.key} ({list(vol.voxel_offset)}-{list(end)}) does not "
+            f"hold {list(start)}-{list(stop)}")
+    return vol
 
 
 def _name(url_or_store: str | KVStore) -> str | None:
