@@ -45,9 +45,17 @@ from shardvol.kvstore.job_record import (
 from shardvol.precomputed.codecs import CODECS, ChunkEncoding, get_codec
 from shardvol.precomputed.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
 from shardvol.precomputed.info_file import INFO_KEY, follow, parse_info, read_info, write_info
+from shardvol.precomputed.meshes import Meshes
+from shardvol.precomputed.objects import link_object, new_object_store, object_store
 from shardvol.precomputed.provenance import read_provenance, write_provenance
 from shardvol.precomputed.raw_files import RawFileReader
+from shardvol.precomputed.segment_properties import (
+    SegmentProperties,
+    read_segment_properties,
+    write_segment_properties,
+)
 from shardvol.precomputed.sharded import ShardedChunkStore
+from shardvol.precomputed.skeletons import Skeletons
 from shardvol.precomputed.unsharded import UnshardedChunkStore, chunk_key
 from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
 
@@ -209,6 +217,56 @@ class Volume(AsyncMethods):
     def commit_provenance(self) -> None:
         """Write the edited :attr:`provenance` (checked first), under the store's lock."""
         write_provenance(self._kv, self.provenance)
+
+    # ------------------------------------------------- meshes, skeletons, segment properties
+
+    @property
+    def meshes(self) -> Meshes:
+        """The meshes of this segmentation, in the directory the info's ``mesh`` names:
+        ``vol.meshes[label]`` is a :class:`~shardvol.precomputed.meshes.Mesh`;
+        ``vol.meshes[label] = mesh`` writes one.  InfoError if the info names none."""
+        return Meshes(object_store(self._kv, self._meta, "mesh"))
+
+    def create_meshes(self, directory: str = "mesh", **options: Any) -> Meshes:
+        """Create a mesh directory (``options`` as :meth:`Meshes.create`: ``multires``,
+        ``sharding``, ...) and name it in the info as ``mesh``."""
+        meshes = Meshes.create(new_object_store(self._kv, "mesh", directory), **options)
+        self._link("mesh", directory)
+        return meshes
+
+    @property
+    def skeletons(self) -> Skeletons:
+        """The skeletons of this segmentation, in the directory the info's ``skeletons``
+        names: ``vol.skeletons[label]`` is a
+        :class:`~shardvol.precomputed.skeletons.Skeleton`.  InfoError if it names none."""
+        return Skeletons(object_store(self._kv, self._meta, "skeletons"))
+
+    def create_skeletons(self, directory: str = "skeletons", **options: Any) -> Skeletons:
+        """Create a skeleton directory (``options`` as :meth:`Skeletons.create`:
+        ``vertex_attributes``, ``sharding``, ...) and name it in the info."""
+        skeletons = Skeletons.create(new_object_store(self._kv, "skeletons", directory),
+                                     **options)
+        self._link("skeletons", directory)
+        return skeletons
+
+    @property
+    def segment_properties(self) -> SegmentProperties:
+        """The segment properties (labels, tags, numbers) the info's
+        ``segment_properties`` directory holds.  InfoError if it names none."""
+        return read_segment_properties(object_store(self._kv, self._meta, "segment_properties"))
+
+    def write_segment_properties(self, props: SegmentProperties,
+                                 directory: str = "segment_properties") -> None:
+        """Write ``props`` to ``directory`` and name it in the info."""
+        write_segment_properties(new_object_store(self._kv, "segment_properties", directory),
+                                 props)
+        self._link("segment_properties", directory)
+
+    def _link(self, key: str, directory: str) -> None:
+        current = self.scale.key
+        self._meta = link_object(self._kv, key, directory)
+        self._edits = None
+        self._select(current)
 
     @property
     def meta(self) -> VolumeInfo:

@@ -199,16 +199,21 @@ def sort_entries(spec: ShardingSpec, keys: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def assemble_shard(
-    spec: ShardingSpec, keys: np.ndarray, minishards: np.ndarray, blobs: list[bytes]
+    spec: ShardingSpec, keys: np.ndarray, minishards: np.ndarray, blobs: list[bytes],
+    prefixes: list[bytes] | None = None,
 ) -> bytes:
-    """One shard file from encoded ``blobs``; keys sorted by (minishard, key), unique."""
+    """One shard file from encoded ``blobs``; keys sorted by (minishard, key), unique.
+    ``prefixes``: bytes stored just before each blob, outside its indexed range (the
+    multi-resolution mesh layout keeps a label's fragment data there)."""
     n = len(keys)
     base = spec.index_length
     index = np.zeros((spec.num_minishards, 2), dtype=_U64)
     if n == 0:
         return index.tobytes()
     sizes = np.fromiter(map(len, blobs), dtype=np.uint64, count=n)
-    ends = np.cumsum(sizes, dtype=np.uint64) + np.uint64(base)
+    stored = sizes if prefixes is None else sizes + np.fromiter(map(len, prefixes),
+                                                                dtype=np.uint64, count=n)
+    ends = np.cumsum(stored, dtype=np.uint64) + np.uint64(base)
     starts = ends - sizes
     bounds = run_bounds(minishards)
     msis = [
@@ -220,7 +225,8 @@ def assemble_shard(
     used = minishards[bounds[:-1]]
     index[used, 0] = msi_ends - msi_sizes
     index[used, 1] = msi_ends
-    return b"".join([index.tobytes(), *blobs, *msis])
+    body = blobs if prefixes is None else [b for pair in zip(prefixes, blobs) for b in pair]
+    return b"".join([index.tobytes(), *body, *msis])
 
 
 def encode_shard(

@@ -1,0 +1,532 @@
+"""Precomputed meshes (a segmentation's ``mesh`` directory), legacy and multi-resolution.
+
+Example::
+
+    meshes = Meshes.create(open_store("memory://m"), multires=True)
+    meshes[7] = Mesh(vertices, faces)        # nanometres
+    meshes[7].vertices                       # LOD 0, after quantization
+    meshes.get(7, lod=1)
+
+*Legacy* meshes (no ``info``, or ``{"@type": "neuroglancer_legacy_mesh"}``): a JSON manifest
+``<label>:0`` lists fragment files (``uint32`` vertex count, ``float32`` xyz, ``uint32``
+triangles; Draco-encoded fragments are read too); writing stores one fragment
+``<label>:0:1`` as CloudVolume does.  Files CloudVolume stored compressed whole
+(``NAME.gz``, ...) are read.  The spec gives legacy meshes no sharded form: an info
+combining them with ``sharding`` is an InfoError.
+
+*Multi-resolution* meshes (``neuroglancer_multilod_draco``): see
+:mod:`shardvol.precomputed.multires_mesh`; ``<label>.index`` + ``<label>``, or sharded by
+label with each manifest stored as the key's value and its fragment data just before it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardvol.compression import FILE_SUFFIXES, decompress
+from shardvol.errors import (
+    AlreadyExistsError,
+    ByteRangeError,
+    ChunkDecodeError,
+    InfoError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    MissingChunkError,
+)
+from shardvol.jsondoc import load_json
+from shardvol.kvstore import KVStore
+from shardvol.kvstore.cas import redo_on_conflict, write_if
+from shardvol.precomputed.multires_mesh import (
+    IDENTITY_TRANSFORM,
+    MULTIRES_TYPE,
+    Manifest,
+    MultiresInfo,
+    assemble_shard,
+    data_start,
+    decode_fragment,
+    encode_mesh,
+    fragment_ranges,
+    invert_transform,
+    to_model,
+)
+from shardvol.sharding import ShardingSpec, ShardReader
+from shardvol.sharding.format import ShardScan, decode_values
+from shardvol.sharding.reader import fetch_shard, obsolete_names
+from shardvol.sharding.spec import as_keys
+
+LEGACY_TYPE = "neuroglancer_legacy_mesh"
+DRACO_MAGIC = b"DRACO"
+_LEGACY_MANIFEST = re.compile(r"^(\d+):0$")
+_INDEX = re.compile(r"^(\d+)\.index$")
+
+
+@dataclass(frozen=True, eq=False)
+class Mesh:
+    """A triangle mesh: ``vertices`` float32 ``(N, 3)`` in nanometres, ``faces`` uint32
+    ``(M, 3)`` indexing them, optional per-vertex ``normals`` float32 ``(N, 3)``."""
+
+    vertices: np.ndarray
+    faces: np.ndarray
+    normals: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        v = np.ascontiguousarray(self.vertices, dtype=np.float32)
+        f = np.asarray(self.faces)
+        if f.size and f.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"mesh faces must be integers, got dtype {f.dtype}")
+        if v.size == 0:
+            v = v.reshape(0, 3)
+        if f.size == 0:
+            f = f.reshape(0, 3)
+        if v.ndim != 2 or v.shape[1] != 3 or f.ndim != 2 or f.shape[1] != 3:
+            raise InvalidArgumentError(f"mesh vertices and faces must be (N, 3) and (M, 3), got "
+                                       f"{v.shape} and {f.shape}")
+        if f.size and (int(f.min()) < 0 or int(f.max()) >= len(v)):
+            raise InvalidArgumentError(f"mesh face indices must be in [0, {len(v)}), got "
+                                       f"[{int(f.min())}, {int(f.max())}]")
+        object.__setattr__(self, "vertices", v)
+        object.__setattr__(self, "faces", np.ascontiguousarray(f, dtype=np.uint32))
+        if self.normals is not None:
+            n = np.ascontiguousarray(self.normals, dtype=np.float32)
+            if n.shape != v.shape:
+                raise InvalidArgumentError(f"mesh normals must be {v.shape}, got {n.shape}")
+            object.__setattr__(self, "normals", n)
+
+    @classmethod
+    def concatenate(cls, *meshes: Mesh) -> Mesh:
+        """One mesh of all the vertices and faces of ``meshes`` (normals if all have them)."""
+        if not meshes:
+            return cls(np.zeros((0, 3)), np.zeros((0, 3)))
+        starts = np.cumsum([0] + [len(m.vertices) for m in meshes[:-1]])
+        normals = [m.normals for m in meshes if m.normals is not None]
+        return cls(np.concatenate([m.vertices for m in meshes]),
+                   np.concatenate([m.faces.astype(np.int64) + s for m, s in zip(meshes, starts)]),
+                   np.concatenate(normals) if len(normals) == len(meshes) else None)
+
+    @classmethod
+    def from_trimesh(cls, obj: Any) -> Mesh:
+        """A mesh from any object with ``vertices`` and ``faces`` arrays (a trimesh.Trimesh)."""
+        return cls(np.asarray(obj.vertices), np.asarray(obj.faces))
+
+
+def encode_legacy(mesh: Mesh) -> bytes:
+    """A legacy fragment file: vertex count, float32 xyz, uint32 triangles (little-endian)."""
+    return b"".join([np.uint32(len(mesh.vertices)).astype("<u4").tobytes(),
+                     mesh.vertices.astype("<f4").tobytes(), mesh.faces.astype("<u4").tobytes()])
+
+
+def decode_legacy(data: bytes | memoryview, name: str) -> Mesh:
+    """A legacy fragment file (or a Draco one); ChunkDecodeError naming ``name`` if corrupt."""
+    buf = memoryview(data).cast("B")
+    if bytes(buf[:5]) == DRACO_MAGIC:
+        return Mesh(*decode_fragment(buf, name))
+    if len(buf) < 4:
+        raise ChunkDecodeError(f"{name}: {len(buf)} bytes, too short for a vertex count")
+    n = int(np.frombuffer(buf, "<u4", 1)[0])
+    rest = len(buf) - 4 - 12 * n
+    if rest < 0:
+        raise ChunkDecodeError(f"{name}: {n} vertices need {4 + 12 * n} bytes, the fragment "
+                               f"has {len(buf)}")
+    if rest % 12:
+        raise ChunkDecodeError(f"{name}: {rest} bytes of triangles are not a multiple of 12")
+    vertices = np.frombuffer(buf, "<f4", 3 * n, 4).reshape(n, 3)
+    faces = np.frombuffer(buf, "<u4", rest // 4, 4 + 12 * n).reshape(-1, 3)
+    if faces.size and int(faces.max()) >= n:
+        raise ChunkDecodeError(f"{name}: face index {int(faces.max())} is past the {n} vertices")
+    return Mesh(vertices, faces)
+
+
+class Meshes:
+    """The meshes of one mesh directory ``kv``, by uint64 label (see the module doc)."""
+
+    def __init__(self, kv: KVStore, source: str = "") -> None:
+        self.kv = kv
+        self.source = source or kv.url
+        raw = kv.get("info")
+        info = {"@type": LEGACY_TYPE} if raw is None else load_json(raw, f"{self.source}/info")
+        if not isinstance(info, dict):
+            raise InfoError(f"{self.source}/info: must be a JSON object, got "
+                            f"{type(info).__name__}")
+        kind = info.get("@type", LEGACY_TYPE)
+        if kind not in (LEGACY_TYPE, MULTIRES_TYPE):
+            raise InfoError(f"{self.source}/info: @type must be {LEGACY_TYPE!r} or "
+                            f"{MULTIRES_TYPE!r}, got {kind!r}")
+        props = info.get("segment_properties")
+        if props is not None and not isinstance(props, str):
+            raise InfoError(f"{self.source}/info: segment_properties must be a string, got "
+                            f"{props!r}")
+        self.info: dict = info
+        self.multires: MultiresInfo | None = None
+        self._reader: ShardReader | None = None
+        if kind == MULTIRES_TYPE:
+            self.multires = MultiresInfo.from_dict(info, f"{self.source}/info")
+            if self.multires.sharding is not None:
+                self._reader = ShardReader(kv, self.multires.sharding)
+        elif info.get("sharding") is not None:
+            raise InfoError(f"{self.source}/info: legacy meshes have no sharded format (the "
+                            f"spec's sharding is for {MULTIRES_TYPE!r} only)")
+
+    @classmethod
+    def create(cls, kv: KVStore, *, multires: bool = False,
+               sharding: dict | ShardingSpec | None = None, vertex_quantization_bits: int = 16,
+               lod_scale_multiplier: float = 1.0, transform: Sequence[float] | None = None,
+               segment_properties: str | None = None, overwrite: bool = False) -> Meshes:
+        """Write a mesh directory's ``info`` (AlreadyExistsError if there is one, unless
+        ``overwrite``) and open it.  ``transform``: 12 numbers, stored model -> nanometres."""
+        if kv.get("info") is not None and not overwrite:
+            raise AlreadyExistsError(f"{kv.url}/info exists (pass overwrite=True to replace it)")
+        info: dict
+        if multires:
+            spec = sharding.to_dict() if isinstance(sharding, ShardingSpec) else sharding
+            info = {"@type": MULTIRES_TYPE, "vertex_quantization_bits": vertex_quantization_bits,
+                    "transform": list(IDENTITY_TRANSFORM if transform is None else transform),
+                    "lod_scale_multiplier": lod_scale_multiplier}
+            if spec is not None:
+                info["sharding"] = spec
+            try:
+                parsed = MultiresInfo.from_dict(info, "mesh info")
+            except InfoError as e:
+                raise InvalidArgumentError(str(e)) from None
+            invert_transform(parsed.matrix)
+            info = parsed.to_dict()
+        else:
+            if sharding is not None:
+                raise InvalidArgumentError("legacy meshes have no sharded format; pass "
+                                           "multires=True to shard meshes")
+            info = {"@type": LEGACY_TYPE}
+        if segment_properties is not None:
+            if not isinstance(segment_properties, str):
+                raise InvalidArgumentError("segment_properties must be a directory name, got "
+                                           f"{segment_properties!r}")
+            info["segment_properties"] = segment_properties
+        kv.set("info", json.dumps(info, indent=2).encode())
+        return cls(kv)
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        """``"legacy"`` or ``"multires"``."""
+        return "legacy" if self.multires is None else "multires"
+
+    @property
+    def sharded(self) -> bool:
+        return self._reader is not None
+
+    def __repr__(self) -> str:
+        return f"Meshes({self.source!r}, {self.kind}{', sharded' if self.sharded else ''})"
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def __getitem__(self, label: int) -> Mesh:
+        return self.get(label)
+
+    def get(self, label: int, lod: int = 0) -> Mesh:
+        """The mesh of ``label`` at ``lod`` (legacy: all fragments; multires: all fragments
+        of that LOD, in nanometres); MissingChunkError if there is none."""
+        key = _label(label)
+        return self.get_many([key], lod)[key]
+
+    def get_many(self, labels: Iterable[int], lod: int = 0) -> dict[int, Mesh]:
+        """``{label: mesh}`` of several labels, read together (see :meth:`get`)."""
+        keys = list(dict.fromkeys(_label(x) for x in labels))
+        if self.multires is None:
+            if lod != 0:
+                raise InvalidArgumentError(f"legacy meshes have only lod 0, got {lod}")
+            return self._legacy_many(keys)
+        return {k: Mesh.concatenate(*(m for _, m in frags))
+                for k, frags in self._multires_many(keys, lod).items()}
+
+    def get_fragments(self, label: int, lod: int = 0) -> list[tuple[tuple[int, int, int], Mesh]]:
+        """The non-empty fragments of a multi-resolution mesh's LOD: (octree node position,
+        mesh in nanometres), in the manifest's order."""
+        key = _label(label)
+        if self.multires is None:
+            raise InvalidArgumentError(f"{self.source}: legacy meshes have no octree fragments")
+        return self._multires_many([key], lod)[key]
+
+    def manifest(self, label: int) -> Manifest:
+        """The multi-resolution manifest of ``label``."""
+        key = _label(label)
+        if self.multires is None:
+            raise InvalidArgumentError(f"{self.source}: legacy meshes have no binary manifest")
+        return self._locate([key])[key][0]
+
+    def __contains__(self, label: object) -> bool:
+        key = _label(label)
+        if self._reader is not None:
+            return self._reader.exists(key) is not None
+        name = f"{key}.index" if self.multires is not None else f"{key}:0"
+        return self.kv.exists(name) or (self.multires is None and any(
+            self.kv.exists(name + suffix) for suffix in FILE_SUFFIXES.values()))
+
+    def labels(self) -> list[int]:
+        """Every label with a mesh, ascending (lists the directory, or every shard)."""
+        if self._reader is not None:
+            found = [self._reader.list_labels(name) for name in self.kv.list()
+                     if re.fullmatch(r"[0-9a-f]+\.shard", name)]
+            return sorted({int(x) for arr in found for x in arr.tolist()})
+        pattern = _INDEX if self.multires is not None else _LEGACY_MANIFEST
+        suffixes = ("",) if self.multires is not None else ("", *FILE_SUFFIXES.values())
+        out = set()
+        for name in self.kv.list():
+            for suffix in suffixes:
+                if name.endswith(suffix) and (m := pattern.match(name[:len(name) - len(suffix)])):
+                    out.add(int(m.group(1)))
+        return sorted(out)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def __setitem__(self, label: int, mesh: Mesh | Sequence[Mesh]) -> None:
+        self.put_many({label: mesh})
+
+    def put_many(self, meshes: Mapping[int, Mesh | Sequence[Mesh]], *,
+                 chunk_shape: Sequence[float] | None = None,
+                 lod_scales: Sequence[float] | None = None) -> None:
+        """Store meshes by label: a Mesh, or (multi-resolution) a list of one Mesh per LOD,
+        finest first, in nanometres.  ``chunk_shape`` (LOD 0 octree node, stored model
+        units) and ``lod_scales``: see :func:`~shardvol.precomputed.multires_mesh.encode_mesh`."""
+        lods = {_label(k): [v] if isinstance(v, Mesh) else list(v) for k, v in meshes.items()}
+        for k, ms in lods.items():
+            if not ms or not all(isinstance(m, Mesh) for m in ms):
+                raise InvalidArgumentError(f"mesh of label {k}: expected a Mesh or a list of "
+                                           f"Meshes, got {meshes[k]!r}")
+        if self.multires is None:
+            if any(len(ms) != 1 for ms in lods.values()):
+                raise InvalidArgumentError("legacy meshes have one level of detail")
+            self._put_legacy({k: ms[0] for k, ms in lods.items()})
+            return
+        bits, matrix = self.multires.vertex_quantization_bits, self.multires.matrix
+        shape = None if chunk_shape is None else np.asarray(chunk_shape, dtype=np.float64)
+        encoded = {}
+        for k, ms in lods.items():
+            scales = None if lod_scales is None else np.asarray(lod_scales, dtype=np.float32)
+            if scales is not None and scales.shape != (len(ms),):
+                raise InvalidArgumentError(f"label {k}: {len(ms)} LODs but lod_scales "
+                                           f"{scales.tolist()}")
+            data, manifest = encode_mesh([(m.vertices, m.faces) for m in ms], bits, matrix,
+                                         shape, scales)
+            encoded[k] = (data, manifest.encode())
+        if self._reader is not None:
+            self._update_shards(encoded, set())
+            return
+        for k, (data, manifest_bytes) in encoded.items():
+            self.kv.set(str(k), data)  # the data first: a manifest never points at nothing
+            self.kv.set(f"{k}.index", manifest_bytes)
+
+    def __delitem__(self, label: int) -> None:
+        key = _label(label)
+        if key not in self:
+            raise MissingChunkError(f"{self.source}: no mesh for label {key}")
+        if self._reader is not None:
+            self._update_shards({}, {key})
+        elif self.multires is not None:
+            self.kv.delete(f"{key}.index")
+            self.kv.delete(str(key))
+        else:
+            names = self._legacy_manifests([key], missing_ok=True).get(key) or []
+            for name in [f"{key}:0", *names]:
+                for suffix in ("", *FILE_SUFFIXES.values()):
+                    self.kv.delete(name + suffix)
+
+    # -- legacy ----------------------------------------------------------------------------
+
+    def _read_files(self, keys: Sequence[str]) -> list[bytes | memoryview | None]:
+        """Values of ``keys``, or of their whole-file compressed copies (``NAME.gz``...)."""
+        blobs = list(self.kv.get_many(keys))
+        missing = [i for i, b in enumerate(blobs) if b is None]
+        copies = [(i, keys[i] + suffix, coding) for i in missing
+                  for coding, suffix in FILE_SUFFIXES.items()]
+        for (i, name, coding), blob in zip(copies, self.kv.get_many([c[1] for c in copies])):
+            if blob is not None and blobs[i] is None:
+                blobs[i] = decompress(blob, coding, f"{self.source}/{name}", ChunkDecodeError)
+        return blobs
+
+    def _legacy_manifests(self, keys: list[int], missing_ok: bool = False
+                          ) -> dict[int, list[str] | None]:
+        out: dict[int, list[str] | None] = {}
+        for k, raw in zip(keys, self._read_files([f"{k}:0" for k in keys])):
+            name = f"{self.source}/{k}:0 (mesh of label {k})"
+            if raw is None:
+                if not missing_ok:
+                    raise MissingChunkError(f"{self.source}: no mesh for label {k} ({k}:0 is "
+                                            "missing)")
+                out[k] = None
+                continue
+            doc = load_json(raw, name)
+            frags = doc.get("fragments") if isinstance(doc, dict) else None
+            if not isinstance(frags, list) or not all(isinstance(f, str) and f for f in frags):
+                raise InfoError(f"{name}: must be an object whose 'fragments' is a list of "
+                                f"file names, got {doc!r}"[:300])
+            out[k] = frags
+        return out
+
+    def _legacy_many(self, keys: list[int]) -> dict[int, Mesh]:
+        manifests = self._legacy_manifests(keys)
+        wanted = [(k, f) for k in keys for f in manifests[k] or []]
+        try:
+            blobs = self._read_files([f for _, f in wanted])
+        except InvalidKeyError as e:  # a fragment name that is no store key
+            raise InfoError(f"{self.source}: a mesh manifest of labels {keys} names a bad "
+                            f"fragment: {e}") from None
+        parts: dict[int, list[Mesh]] = {k: [] for k in keys}
+        for (k, f), blob in zip(wanted, blobs):
+            name = f"{self.source}/{f} (mesh of label {k})"
+            if blob is None:
+                raise ChunkDecodeError(f"{name}: listed in {k}:0 but missing")
+            parts[k].append(decode_legacy(blob, name))
+        return {k: Mesh.concatenate(*ms) for k, ms in parts.items()}
+
+    def _put_legacy(self, meshes: dict[int, Mesh]) -> None:
+        old = self._legacy_manifests(list(meshes), missing_ok=True)
+        suffixes = FILE_SUFFIXES.values() if self.kv.local else ()
+        for k, mesh in meshes.items():
+            frag = f"{k}:0:1"
+            self.kv.set(frag, encode_legacy(mesh))
+            self.kv.set(f"{k}:0", json.dumps({"fragments": [frag]}).encode())
+            for name in (frag, f"{k}:0"):  # compressed copies would be read instead
+                for suffix in suffixes:
+                    self.kv.delete(name + suffix)
+            for name in set(old[k] or []) - {frag}:
+                for suffix in ("", *FILE_SUFFIXES.values()):
+                    self.kv.delete(name + suffix)
+
+    # -- multi-resolution ------------------------------------------------------------------
+
+    def _locate(self, keys: list[int]) -> dict[int, tuple[Manifest, str, int]]:
+        """(manifest, the file holding its fragment data, where that data starts) by label."""
+        out = {}
+        if self._reader is None:
+            for k, raw in zip(keys, self.kv.get_many([f"{k}.index" for k in keys])):
+                if raw is None:
+                    raise MissingChunkError(f"{self.source}: no mesh for label {k} ({k}.index "
+                                            "is missing)")
+                out[k] = (Manifest.decode(raw, f"{self.source}/{k}.index (mesh of label {k})"),
+                          str(k), 0)
+            return out
+        where = self._reader.exists(np.array(keys, dtype=np.uint64), return_byte_range=True)
+        absent = [k for k in keys if where[k] is None]
+        if absent:
+            raise MissingChunkError(f"{self.source}: no mesh for label(s) {absent[:10]}")
+        values = self._reader.get_data_many(keys)
+        for k in keys:
+            file, start, _ = where[k]
+            name = f"{self.source}/{file} (mesh of label {k})"
+            manifest = Manifest.decode(values[k], name)
+            out[k] = (manifest, file, data_start(start, manifest, name))
+        return out
+
+    def _multires_many(self, keys: list[int], lod: int
+                       ) -> dict[int, list[tuple[tuple[int, int, int], Mesh]]]:
+        assert self.multires is not None
+        located = self._locate(keys)
+        requests = []
+        for k, (manifest, file, begin) in located.items():
+            if not 0 <= lod < manifest.num_lods:
+                raise InvalidArgumentError(f"{self.source}: mesh of label {k} has LODs 0 to "
+                                           f"{manifest.num_lods - 1}, not {lod}")
+            a, b = manifest.lod_range(lod)
+            requests.append((file, (begin + a, begin + b)))
+        blobs = self._read_ranges(requests, keys)
+        bits, matrix = self.multires.vertex_quantization_bits, self.multires.matrix
+        out = {}
+        for k, blob in zip(keys, blobs):
+            manifest, file, _ = located[k]
+            frags = []
+            for pos, (a, b) in zip(manifest.positions[lod], fragment_ranges(manifest, lod)):
+                if a == b:
+                    continue
+                name = (f"{self.source}/{file} (mesh of label {k}, lod {lod}, fragment "
+                        f"{pos.tolist()})")
+                points, faces = decode_fragment(blob[a:b], name)
+                frags.append((tuple(pos.tolist()),
+                              Mesh(to_model(points, manifest, lod, pos, bits, matrix), faces)))
+            out[k] = frags
+        return out
+
+    def _read_ranges(self, requests: list[tuple[str, tuple[int, int]]],
+                     keys: list[int]) -> list[memoryview]:
+        """The byte ranges (empty ones without a request); ChunkDecodeError naming the label
+        whose fragment data is missing or shorter than its manifest says."""
+        asked = [i for i, (_, (a, b)) in enumerate(requests) if b > a]
+        try:
+            got = list(self.kv.get_many([requests[i] for i in asked]))
+        except ByteRangeError:
+            got = []
+            for i in asked:
+                try:
+                    got.append(self.kv.get(*requests[i]))
+                except ByteRangeError as e:
+                    raise ChunkDecodeError(f"{self.source}: fragment data of label {keys[i]} "
+                                           f"is shorter than its manifest says ({e})") from None
+        out = [memoryview(b"")] * len(requests)
+        for i, blob in zip(asked, got):
+            if blob is None:
+                raise ChunkDecodeError(f"{self.source}/{requests[i][0]}: fragment data of label "
+                                       f"{keys[i]} is missing")
+            out[i] = memoryview(blob).cast("B")
+        return out
+
+    def _update_shards(self, puts: dict[int, tuple[bytes, bytes]], gone: set[int]) -> None:
+        """Read-modify-write of the shards holding ``puts`` (label: (fragment data, manifest))
+        and ``gone``, keeping the other labels' fragment data."""
+        assert self._reader is not None
+        spec, kv = self._reader.spec, self.kv
+        labels = sorted({*puts, *gone})
+        shards, _ = spec.shard_and_minishard(np.array(labels, dtype=np.uint64))
+        for shard in sorted(set(shards.tolist())):
+            mine = [k for k, s in zip(labels, shards.tolist()) if s == shard]
+            fn = spec.shard_filename(shard)
+
+            def attempt(fn: str = fn, mine: list[int] = mine) -> None:
+                blob, obsolete, version = fetch_shard(kv, spec, fn, kv.conditional_writes)
+                entries = {} if blob is None else self._shard_entries(blob, fn)
+                for k in mine:
+                    entries.pop(k, None)
+                    if k in puts:
+                        entries[k] = puts[k]
+                data = assemble_shard(spec, entries) if entries else None
+                if kv.conditional_writes:
+                    write_if(kv, fn, data, version)
+                elif data is None:
+                    kv.delete(fn)
+                else:
+                    kv.set(fn, data)
+                if obsolete or data is None:
+                    for name in obsolete_names(fn):
+                        kv.delete(name)
+
+            with kv.write_lock(fn):
+                if kv.conditional_writes:
+                    redo_on_conflict(attempt, kv.conflict_timeout, f"{kv.url}/{fn}")
+                else:
+                    attempt()
+            self._reader.invalidate(fn)
+
+    def _shard_entries(self, blob: bytes | memoryview, fn: str) -> dict[int, tuple[bytes, bytes]]:
+        assert self._reader is not None
+        spec = self._reader.spec
+        view = memoryview(blob).cast("B")
+        keys, _, starts, ends = ShardScan(spec, fn, len(view)).scan(view)
+        out = {}
+        for k, a, b in zip(keys.tolist(), starts.tolist(), ends.tolist()):
+            name = f"{self.source}/{fn} (mesh of label {k})"
+            (raw,) = decode_values(spec, [view[a:b]], functools.partial(_same, name))
+            manifest = Manifest.decode(raw, name)
+            out[k] = (bytes(view[data_start(a, manifest, name):a]), bytes(raw))
+        return out
+
+
+def _same(name: str, _: int) -> str:
+    return name
+
+
+def _label(label: object) -> int:
+    return int(as_keys(label)[0])
