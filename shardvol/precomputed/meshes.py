@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.compression import FILE_SUFFIXES, decompress
+from shardvol.compression import FILE_SUFFIXES
 from shardvol.errors import (
     AlreadyExistsError,
     ByteRangeError,
@@ -43,6 +43,8 @@ from shardvol.errors import (
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore
 from shardvol.kvstore.cas import redo_on_conflict, write_if
+from shardvol.precomputed import file_copies
+from shardvol.precomputed.file_copies import delete_copies, read_files
 from shardvol.precomputed.multires_mesh import (
     IDENTITY_TRANSFORM,
     MULTIRES_TYPE,
@@ -264,8 +266,8 @@ class Meshes:
         if self._reader is not None:
             return self._reader.exists(key) is not None
         name = f"{key}.index" if self.multires is not None else f"{key}:0"
-        return self.kv.exists(name) or (self.multires is None and any(
-            self.kv.exists(name + suffix) for suffix in FILE_SUFFIXES.values()))
+        return self.kv.exists(name) if self.multires is not None else file_copies.exists(
+            self.kv, name)
 
     def labels(self) -> list[int]:
         """Every label with a mesh, ascending (lists the directory, or every shard)."""
@@ -333,21 +335,14 @@ class Meshes:
         else:
             names = self._legacy_manifests([key], missing_ok=True).get(key) or []
             for name in [f"{key}:0", *names]:
-                for suffix in ("", *FILE_SUFFIXES.values()):
-                    self.kv.delete(name + suffix)
+                self.kv.delete(name)
+                delete_copies(self.kv, name)
 
     # -- legacy ----------------------------------------------------------------------------
 
     def _read_files(self, keys: Sequence[str]) -> list[bytes | memoryview | None]:
         """Values of ``keys``, or of their whole-file compressed copies (``NAME.gz``...)."""
-        blobs = list(self.kv.get_many(keys))
-        missing = [i for i, b in enumerate(blobs) if b is None]
-        copies = [(i, keys[i] + suffix, coding) for i in missing
-                  for coding, suffix in FILE_SUFFIXES.items()]
-        for (i, name, coding), blob in zip(copies, self.kv.get_many([c[1] for c in copies])):
-            if blob is not None and blobs[i] is None:
-                blobs[i] = decompress(blob, coding, f"{self.source}/{name}", ChunkDecodeError)
-        return blobs
+        return read_files(self.kv, keys, lambda name: f"{self.source}/{name}")
 
     def _legacy_manifests(self, keys: list[int], missing_ok: bool = False
                           ) -> dict[int, list[str] | None]:
@@ -386,17 +381,16 @@ class Meshes:
 
     def _put_legacy(self, meshes: dict[int, Mesh]) -> None:
         old = self._legacy_manifests(list(meshes), missing_ok=True)
-        suffixes = FILE_SUFFIXES.values() if self.kv.local else ()
         for k, mesh in meshes.items():
             frag = f"{k}:0:1"
             self.kv.set(frag, encode_legacy(mesh))
             self.kv.set(f"{k}:0", json.dumps({"fragments": [frag]}).encode())
             for name in (frag, f"{k}:0"):  # compressed copies would be read instead
-                for suffix in suffixes:
-                    self.kv.delete(name + suffix)
+                if self.kv.local:
+                    delete_copies(self.kv, name)
             for name in set(old[k] or []) - {frag}:
-                for suffix in ("", *FILE_SUFFIXES.values()):
-                    self.kv.delete(name + suffix)
+                self.kv.delete(name)
+                delete_copies(self.kv, name)
 
     # -- multi-resolution ------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.compression import FILE_SUFFIXES, decompress
+from shardvol.compression import FILE_SUFFIXES
 from shardvol.errors import (
     AlreadyExistsError,
     ChunkDecodeError,
@@ -38,6 +38,8 @@ from shardvol.errors import (
 from shardvol.jsondoc import load_json, plain
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.kvstore.base import check_key, io_pool
+from shardvol.precomputed import file_copies
+from shardvol.precomputed.file_copies import delete_copies, read_files
 from shardvol.precomputed.segment_properties import SegmentProperties, read_segment_properties
 from shardvol.sharding import ShardingSpec, ShardReader, update_shard
 
@@ -344,8 +346,7 @@ class Skeletons:
         key = _label(label)
         if self._reader is not None:
             return self._reader.exists(key) is not None
-        name = str(key)
-        return any(self.kv.exists(name + s) for s in ("", *FILE_SUFFIXES.values()))
+        return file_copies.exists(self.kv, str(key))
 
     def labels(self) -> np.ndarray:
         """Every label that has a skeleton, ascending (uint64)."""
@@ -360,23 +361,9 @@ class Skeletons:
     def _read(self, keys: list[int]) -> dict[int, bytes | memoryview]:
         if self._reader is not None:
             return dict(self._reader.get_data_many(keys))
-        names = [str(k) for k in keys]
-        out = {k: v for k, v in zip(keys, self.kv.get_many(names)) if v is not None}
-        for k in keys:
-            if k not in out:
-                copy = self._compressed(str(k))
-                if copy is not None:
-                    out[k] = copy
-        return out
-
-    def _compressed(self, name: str) -> bytes | None:
-        """The value of a file CloudVolume stored compressed whole, decoded (None: none)."""
-        for coding, suffix in FILE_SUFFIXES.items():
-            blob = self.kv.get(name + suffix)
-            if blob is not None:
-                return decompress(blob, coding, f"{self.source}: skeleton {name}{suffix}",
-                                  ChunkDecodeError, max_size=MAX_SKELETON_BYTES)
-        return None
+        blobs = read_files(self.kv, [str(k) for k in keys],
+                           lambda name: f"{self.source}: skeleton {name}", MAX_SKELETON_BYTES)
+        return {k: v for k, v in zip(keys, blobs) if v is not None}
 
     # -- writing -------------------------------------------------------------------------
 
@@ -399,8 +386,7 @@ class Skeletons:
             name = str(item[0])
             kv.set(name, item[1])
             if kv.local:  # a stale compressed copy would be listed and read if NAME went
-                for suffix in FILE_SUFFIXES.values():
-                    kv.delete(name + suffix)
+                delete_copies(kv, name)
 
         list(io_pool().map(put, data.items()))
 

@@ -6,9 +6,7 @@ chunk wide, so the generic engine can treat a scale as an (x, y, z, c) array.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
@@ -21,11 +19,11 @@ from shardvol.array.chunkstore import (
     UnitContents,
 )
 from shardvol.array.grid import ChunkGrid
-from shardvol.compression import FILE_SUFFIXES, decompress
-from shardvol.errors import ChunkDecodeError
 from shardvol.kvstore import KVStore
 from shardvol.kvstore.base import io_pool
 from shardvol.kvstore.cas import write_if
+from shardvol.precomputed import file_copies
+from shardvol.precomputed.file_copies import delete_copies, read_copies
 
 
 def chunk_key(grid: ChunkGrid, coord: ChunkCoord) -> str:
@@ -104,24 +102,8 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
             yield c, blob, self._name(key)
 
     def _compressed(self, keys: Sequence[str]) -> list[bytes | None]:
-        """The chunk of each key (absent as stored plain) from its compressed copy, decoded;
-        None where there is none."""
-        return [None if copy is None else decompress(
-                    copy[2], copy[1], self._name(copy[0]), ChunkDecodeError,
-                    max_size=self.max_chunk_bytes)
-                for copy in self._copies(keys)]
-
-    def _copies(self, keys: Sequence[str]) -> list[tuple[str, str, Blob] | None]:
-        """The first compressed copy found of each key: its name, coding and bytes.  Remote
-        stores are asked for every copy at once; local ones one by one."""
-        names = [[(key + suffix, coding) for coding, suffix in FILE_SUFFIXES.items()]
-                 for key in keys]
-        if self.kv.local:
-            return [next(((n, c, b) for n, c in each if (b := self.kv.get(n)) is not None), None)
-                    for each in names]
-        blobs = iter(self.kv.get_many([n for each in names for n, _ in each]))
-        found = [[(n, c, next(blobs)) for n, c in each] for each in names]
-        return [next(((n, c, b) for n, c, b in each if b is not None), None) for each in found]
+        """The chunk of each key (absent as stored plain) from its compressed copy."""
+        return read_copies(self.kv, keys, self._name, self.max_chunk_bytes)
 
     def units(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, list[ChunkCoord]]:
         return {c: [c] for c in coords}
@@ -164,23 +146,13 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
             else:
                 write_if(self.kv, key, put[unit], read.version)
             if self.kv.local:
-                self._delete_copies(key)
+                delete_copies(self.kv, key)
         elif unit in set(delete) or replace:
             if read is None:
                 self.kv.delete(key)
             else:
                 write_if(self.kv, key, None, read.version)
-            self._delete_copies(key)
-
-    def _delete_copies(self, key: str) -> None:
-        path = self.kv.file_path(key)
-        if path is None:
-            for suffix in FILE_SUFFIXES.values():
-                self.kv.delete(key + suffix)
-            return
-        for suffix in FILE_SUFFIXES.values():  # (local files: a failed unlink each, at most)
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                os.unlink(path + suffix)
+            delete_copies(self.kv, key)
 
     def lock(self, unit: ChunkCoord) -> AbstractContextManager[None]:
         return self.kv.write_lock(chunk_key(self.grid, unit))
@@ -188,7 +160,7 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
     def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
         def one(c: ChunkCoord) -> bool:
             key = chunk_key(self.grid, c)
-            return any(self.kv.exists(key + s) for s in ("", *FILE_SUFFIXES.values()))
+            return file_copies.exists(self.kv, key)
 
         return dict(zip(coords, io_pool().map(one, coords)))
 
