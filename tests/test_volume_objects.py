@@ -87,3 +87,29 @@ def test_skeletons_and_properties_through_the_volume(tmp_path):
     vol.commit_info()
     with pytest.raises(InfoError, match="directory below the volume"):
         Volume(str(tmp_path)).meshes  # noqa: B018
+
+
+def test_info_lists_the_objects(tmp_path, capsys):
+    from shardvol.cli import main
+
+    rng = np.random.default_rng(2)
+    vol = _segmentation(tmp_path)
+    vol.create_meshes(multires=True, sharding={
+        "@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0,
+        "hash": "murmurhash3_x86_128", "minishard_bits": 1, "shard_bits": 1,
+        "minishard_index_encoding": "gzip", "data_encoding": "raw"})
+    vol.meshes.put_many({label: _mesh(rng) for label in (1, 2, 3)})
+    vol.create_skeletons()
+    vol.write_segment_properties(SegmentProperties(np.array([1, 2], np.uint64),
+                                                   labels=["a", "b"]))
+    assert main(["info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "meshes:   mesh/, multi-resolution, sharded, 3 labels" in out
+    assert "skeletons: skeletons/, unsharded, attributes radius, 0 labels" in out
+    assert "segment properties: segment_properties/, 2 segments, properties label" in out
+    (tmp_path / "skeletons" / "info").write_text("{")
+    assert main(["info", str(tmp_path), "--json"]) == 0
+    import json
+
+    desc = json.loads(capsys.readouterr().out)
+    assert "not valid JSON" in desc["skeletons"]["error"]

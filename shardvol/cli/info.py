@@ -13,7 +13,13 @@ from shardvol.formats import split_format
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, PrefixStore, open_store, url_scheme
 from shardvol.kvstore.job_record import job_status
+from shardvol.precomputed.codecs import CODECS
+from shardvol.precomputed.info import VolumeInfo
 from shardvol.precomputed.info_file import INFO_KEY, follow, read_info
+from shardvol.precomputed.meshes import Meshes
+from shardvol.precomputed.objects import OBJECTS, object_store
+from shardvol.precomputed.segment_properties import read_segment_properties
+from shardvol.precomputed.skeletons import Skeletons
 from shardvol.sharding import ShardingSpec, shard_shape
 from shardvol.zarr3 import ZARR_JSON, ArrayMetadata, OmeZarrImage
 from shardvol.zarr3.ome import is_ome_group
@@ -98,7 +104,7 @@ def _describe_precomputed(kv: KVStore, count: bool) -> dict[str, Any]:
         }
         if scale.compressed_segmentation_block_size is not None:
             d["compressed_segmentation_block_size"] = list(scale.compressed_segmentation_block_size)
-        for name in ("jpeg_quality", "png_level"):
+        for name in CODECS[scale.encoding].options:
             if name in scale.extra:
                 d[name] = scale.extra[name]
         d["sharding"] = scale.sharding
@@ -110,7 +116,7 @@ def _describe_precomputed(kv: KVStore, count: bool) -> dict[str, Any]:
         if count:
             d["stored"] = _count_files(PrefixStore(kv, scale.key.strip("/")))
         scales.append(d)
-    return {
+    desc = {
         "url": kv.url,
         "format": "neuroglancer_precomputed",
         "type": meta.type,
@@ -118,6 +124,36 @@ def _describe_precomputed(kv: KVStore, count: bool) -> dict[str, Any]:
         "num_channels": meta.num_channels,
         "scales": scales,
     }
+    for key in OBJECTS:
+        if key in meta.extra:
+            desc[key] = _describe_object(kv, meta, key, count)
+    return desc
+
+
+def _describe_object(kv: KVStore, meta: VolumeInfo, key: str, count: bool) -> dict[str, Any]:
+    """The meshes, skeletons or segment properties the info's ``key`` names."""
+    d: dict[str, Any] = {"directory": meta.extra[key]}
+    try:
+        store = object_store(kv, meta, key)
+        if key == "segment_properties":
+            props = read_segment_properties(store)
+            d["segments"] = len(props.ids)
+            d["properties"] = [p["id"] for p in props.properties]
+            return d
+        objects: Meshes | Skeletons
+        if key == "mesh":
+            objects = Meshes(store)
+            d["kind"] = objects.kind
+        else:
+            objects = Skeletons(store)
+            d["vertex_attributes"] = [a.id for a in objects.vertex_attributes]
+        d["sharded"] = objects.sharded if isinstance(objects, Meshes) else (
+            objects.sharding is not None)
+        if count and url_scheme(kv.url) not in UNLISTABLE:
+            d["labels"] = len(objects.labels())
+    except (InfoError, StoreError) as e:
+        d["error"] = str(e)
+    return d
 
 
 def _describe_zarr3(kv: KVStore, raw: bytes, count: bool) -> dict[str, Any]:
@@ -238,7 +274,28 @@ def _render(desc: dict[str, Any]) -> str:
             lines += [f"    sharding:    {json.dumps(s['sharding'], separators=(',', ':'))}",
                       f"    shard shape: {where}"]
         lines.append(f"    stored:      {_stored(s, s['sharding'] is not None)}")
+    for key, what in OBJECTS.items():
+        if key in desc:
+            lines.append(f"  {what + ':':<9} {_object_line(desc[key])}")
     return "\n".join(lines)
+
+
+def _object_line(d: dict[str, Any]) -> str:
+    parts = [d["directory"] + "/"]
+    if "error" in d:
+        return f"{parts[0]} (unreadable: {d['error']})"
+    if "kind" in d:
+        parts.append({"legacy": "legacy", "multires": "multi-resolution"}[d["kind"]])
+    if "sharded" in d:
+        parts.append("sharded" if d["sharded"] else "unsharded")
+    if d.get("vertex_attributes"):
+        parts.append("attributes " + ", ".join(d["vertex_attributes"]))
+    if "labels" in d:
+        parts.append(_plural(d["labels"], "label"))
+    if "segments" in d:
+        parts.append(f"{_plural(d['segments'], 'segment')}, properties "
+                     f"{', '.join(d['properties']) or 'none'}")
+    return ", ".join(parts)
 
 
 def _render_ome(d: dict[str, Any]) -> str:
