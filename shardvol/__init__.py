@@ -2,7 +2,9 @@
 
 What users type is here: :class:`Volume`, :class:`ZarrArray`, :class:`OmeZarrImage`,
 :func:`open`, :func:`downsample`, :func:`copy`, :func:`to_dask`, :func:`from_dask`,
-:func:`io_limit`, the ``zarr3`` and ``sharding`` packages, ``errors``.
+:func:`io_limit`, the objects of a segmentation (:class:`Mesh`, :class:`Skeleton`,
+:class:`SegmentProperties`) and :class:`Annotations`, the ``zarr3`` and ``sharding``
+packages, ``errors``.
 The kernels stay in their modules (``shardvol._ext.morton``, ``shardvol._ext.hashing``,
 ``shardvol.ops.pooling``).  See README.md for a tour and the package layout.
 """
@@ -15,15 +17,23 @@ from shardvol.kvstore.remote import io_limit
 from shardvol.ops.convert import copy
 from shardvol.ops.dask import from_dask, to_dask
 from shardvol.ops.downsample import downsample
+from shardvol.precomputed.annotations import Annotations
+from shardvol.precomputed.meshes import Mesh
+from shardvol.precomputed.segment_properties import SegmentProperties
+from shardvol.precomputed.skeletons import Skeleton
 from shardvol.precomputed.volume import Volume
 from shardvol.zarr3 import OmeZarrImage, ZarrArray
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Annotations",
     "KVStore",
+    "Mesh",
     "OmeZarrImage",
+    "SegmentProperties",
     "ShardvolError",
+    "Skeleton",
     "Volume",
     "ZarrArray",
     "__version__",

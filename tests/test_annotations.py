@@ -452,3 +452,16 @@ def test_no_info_and_not_json(tmp_path):
     (tmp_path / "info").write_text("{not json")
     with pytest.raises(InfoError, match="not valid JSON"):
         Annotations(str(tmp_path))
+
+
+def test_shardvol_info_describes_a_collection(tmp_path, capsys):
+    from shardvol.cli import main
+
+    url = str(tmp_path / "notes")
+    cols = columns("point", PROPS_B, seed=21, n=57)
+    write_shardvol(url, "point", cols, PROPS_B, sharded=True)
+    assert main(["info", url]) == 0
+    out = capsys.readouterr().out
+    assert "neuroglancer precomputed annotations (point)" in out
+    assert f"properties:    {', '.join(p['id'] for p in PROPS_B)}" in out
+    assert "relationships: pre, post" in out and "stored:        57 annotations" in out

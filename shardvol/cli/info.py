@@ -13,6 +13,8 @@ from shardvol.formats import split_format
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, PrefixStore, open_store, url_scheme
 from shardvol.kvstore.job_record import job_status
+from shardvol.precomputed.annotation_index import ANNOTATIONS_TYPE
+from shardvol.precomputed.annotations import Annotations
 from shardvol.precomputed.codecs import CODECS
 from shardvol.precomputed.info import VolumeInfo
 from shardvol.precomputed.info_file import INFO_KEY, follow, read_info
@@ -49,6 +51,8 @@ def describe(url: str, count: bool = True) -> dict[str, Any]:
     at ``url``."""
     fmt, rest = split_format(url)  # (a precomputed:// or zarr3:// prefix names the format)
     kv = open_store(rest)
+    if fmt in (None, "precomputed") and _is_annotations(kv):
+        return _describe_annotations(kv, count)
     if fmt in (None, "precomputed") and kv.exists(INFO_KEY):
         target, _ = follow(kv)  # (an info file that redirects stands for another volume)
         desc = _with_job(target, _describe_precomputed(target, count))
@@ -61,6 +65,27 @@ def describe(url: str, count: bool = True) -> dict[str, Any]:
     wanted = {None: "neither an 'info' nor a 'zarr.json' file", "precomputed": "no 'info' file",
               "zarr3": "no 'zarr.json' file"}[fmt]
     raise InfoError(f"no volume at {kv.url}: {wanted}")
+
+
+def _is_annotations(kv: KVStore) -> bool:
+    raw = kv.get(INFO_KEY)
+    if raw is None:
+        return False
+    doc = load_json(raw, f"{kv.url}/{INFO_KEY}")
+    return isinstance(doc, dict) and doc.get("@type") == ANNOTATIONS_TYPE
+
+
+def _describe_annotations(kv: KVStore, count: bool) -> dict[str, Any]:
+    notes = Annotations(kv)
+    desc: dict[str, Any] = {
+        "url": kv.url, "format": ANNOTATIONS_TYPE, "annotation_type": notes.type,
+        "rank": notes.rank, "properties": [p.id for p in notes.properties],
+        "relationships": list(notes.relationships),
+        "spatial_levels": len(notes.info.spatial),
+    }
+    if count:
+        desc["annotations"] = len(notes.all())
+    return desc
 
 
 def _with_job(kv: KVStore, desc: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +265,17 @@ def render(desc: dict[str, Any]) -> str:
 
 
 def _render(desc: dict[str, Any]) -> str:
+    if desc["format"] == ANNOTATIONS_TYPE:
+        kind = desc["annotation_type"]
+        lines = [desc["url"],
+                 f"  format:        neuroglancer precomputed annotations ({kind})",
+                 f"  rank:          {desc['rank']}",
+                 f"  properties:    {', '.join(desc['properties']) or 'none'}",
+                 f"  relationships: {', '.join(desc['relationships']) or 'none'}",
+                 f"  spatial index: {_plural(desc['spatial_levels'], 'level')}"]
+        if "annotations" in desc:
+            lines.append(f"  stored:        {_plural(desc['annotations'], 'annotation')}")
+        return "\n".join(lines)
     if desc["format"] == "zarr3":
         return _render_zarr3(desc)
     if desc["format"] == "ome-zarr":
