@@ -42,6 +42,7 @@ from shardvol.errors import (
 )
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore
+from shardvol.kvstore.base import io_pool
 from shardvol.kvstore.cas import redo_on_conflict, write_if
 from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files
@@ -381,9 +382,10 @@ class Meshes:
 
     def _put_legacy(self, meshes: dict[int, Mesh]) -> None:
         old = self._legacy_manifests(list(meshes), missing_ok=True)
-        for k, mesh in meshes.items():
+
+        def put(k: int) -> None:  # (the fragment first: a manifest never names a missing one)
             frag = f"{k}:0:1"
-            self.kv.set(frag, encode_legacy(mesh))
+            self.kv.set(frag, encode_legacy(meshes[k]))
             self.kv.set(f"{k}:0", json.dumps({"fragments": [frag]}).encode())
             for name in (frag, f"{k}:0"):  # compressed copies would be read instead
                 if self.kv.local:
@@ -391,6 +393,8 @@ class Meshes:
             for name in set(old[k] or []) - {frag}:
                 self.kv.delete(name)
                 delete_copies(self.kv, name)
+
+        list(io_pool().map(put, meshes))
 
     # -- multi-resolution ------------------------------------------------------------------
 

@@ -235,13 +235,13 @@ def encode_mesh(lods: list[Arrays], bits: int, matrix: np.ndarray,
         tris = _slice_on_grid(vertices[faces.astype(np.int64)], origin,
                               size if lod == 0 else size / 2)
         cells = np.floor((tris.mean(axis=1) - origin) / size).astype(np.int64)
-        occupied, which = np.unique(np.clip(cells, 0, None), axis=0, return_inverse=True)
+        occupied, which = _unique_rows(np.clip(cells, 0, None))
         by_cell = np.argsort(which.ravel(), kind="stable")
         cuts = np.searchsorted(which.ravel()[by_cell], np.arange(len(occupied) + 1))
         groups = {tuple(c): tris[by_cell[a:b]]
                   for c, (a, b) in zip(occupied.tolist(), pairwise(cuts.tolist()))}
         parents = positions[-1] // 2 if positions else np.zeros((0, 3), np.int64)
-        nodes = np.unique(np.concatenate([occupied, parents]), axis=0).astype(np.int64)
+        nodes = _unique_rows(np.concatenate([occupied, parents]).astype(np.int64))[0]
         nodes = nodes[np.argsort(compressed_morton_code(nodes, (nodes.max(axis=0) + 1).tolist())
                                  if len(nodes) else [], kind="stable")]
         encoded = []
@@ -251,7 +251,8 @@ def encode_mesh(lods: list[Arrays], bits: int, matrix: np.ndarray,
                 encoded.append(b"")
                 continue
             q = np.rint(((mine.reshape(-1, 3) - origin) / size - node) * qmax)
-            verts, inv = np.unique(np.clip(q, 0, qmax), axis=0, return_inverse=True)
+            ints, inv = _unique_rows(np.clip(q, 0, qmax).astype(np.int64))
+            verts = ints.astype(np.float64)
             tri_idx = inv.reshape(-1, 3)
             keep = ((tri_idx[:, 0] != tri_idx[:, 1]) & (tri_idx[:, 1] != tri_idx[:, 2])
                     & (tri_idx[:, 0] != tri_idx[:, 2]))
@@ -265,6 +266,18 @@ def encode_mesh(lods: list[Arrays], bits: int, matrix: np.ndarray,
                         np.zeros((n, 3), np.float32),
                         [p.astype(np.uint32) for p in positions], sizes)
     return b"".join(blobs), manifest
+
+
+def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows, sorted, and each row's index in them) of an (N, 3) array of
+    integers in [0, 2**21): ``np.unique(rows, axis=0, return_inverse=True)``, on packed
+    keys (several times faster than on rows)."""
+    if len(rows) and (rows.min() < 0 or rows.max() >= 1 << 21):
+        raise InvalidArgumentError("mesh grid positions must be below 2**21")
+    keys = (rows[:, 0] << 42) | (rows[:, 1] << 21) | rows[:, 2]
+    unique, inverse = np.unique(keys, return_inverse=True)
+    mask = (1 << 21) - 1
+    return np.stack([unique >> 42, (unique >> 21) & mask, unique & mask], 1), inverse.ravel()
 
 
 def invert_transform(matrix: np.ndarray) -> np.ndarray:
