@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SOURCES := pyproject.toml setup.py constraints.txt $(wildcard csrc/*.c csrc/*.h shardvol/_ext/*.pyx shardvol/_ext/*.pxd)
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,15 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m shardvol bench
+
+$(VENV)/.installed-docs: $(BIN)/python $(SOURCES)
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[docs]"
+	touch $@
+
+# the documentation site (mkdocs.yml, docs/) into build/site; strict: a broken link,
+# reference or docstring path fails the build
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) build *.egg-info shardvol/_ext/*.so shardvol/_ext/*.c .mypy_cache .ruff_cache

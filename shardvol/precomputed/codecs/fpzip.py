@@ -18,20 +18,20 @@ from typing import ClassVar
 import numpy as np
 
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError, InvalidArgumentError
+from shardvol.precomputed.codecs._floats import FloatCodec
 from shardvol.precomputed.codecs._isolated import IsolatedDecoder
-from shardvol.precomputed.codecs._packages import import_package
-from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4, deliver
+from shardvol.precomputed.codecs.base import Shape4, deliver
 
-FLOAT_DTYPES = frozenset(np.dtype(t) for t in ("float32", "float64"))
 _DECODER = IsolatedDecoder(os.path.join(os.path.dirname(__file__), "_fpzip_worker.py"), "fpzip")
 _MASK = 0xFFFFFFFF
 
 
-class FpzipCodec(ChunkEncoding):
+class FpzipCodec(FloatCodec):
     """The ``fpzip`` encoding; ``fpzip_precision`` is the number of bits kept per value
     (0, the default: all of them, lossless)."""
 
     encoding = "fpzip"
+    package = "fpzip"
     options: ClassVar[tuple[str, ...]] = ("fpzip_precision",)
 
     def __init__(self, dtype, num_channels: int, fpzip_precision: int | None = None) -> None:
@@ -47,17 +47,6 @@ class FpzipCodec(ChunkEncoding):
                 f"{self.dtype.name}, got {fpzip_precision!r}")
         self.fpzip_precision = precision
 
-    @classmethod
-    def _supports(cls, dtype: np.dtype, num_channels: int) -> bool:
-        return dtype in FLOAT_DTYPES
-
-    @classmethod
-    def _support_text(cls) -> str:
-        return "supported: float32 or float64"
-
-    def ensure_encoder(self) -> None:
-        import_package("fpzip", "fpzip", self.encoding, "floats")
-
     def _stored(self, array: np.ndarray) -> np.ndarray:
         """The (x, y, z, channel) chunk as the stream holds it."""
         return array
@@ -67,7 +56,7 @@ class FpzipCodec(ChunkEncoding):
         return stored
 
     def _encode(self, array: np.ndarray) -> bytes:
-        fpzip = import_package("fpzip", "fpzip", self.encoding, "floats")
+        fpzip = self.encoder()
         stored = np.asfortranarray(self._stored(array), dtype=self.dtype)
         try:
             return bytes(fpzip.compress(stored, order="F", precision=self.fpzip_precision))
@@ -77,7 +66,7 @@ class FpzipCodec(ChunkEncoding):
     def _decode(
         self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
     ) -> np.ndarray:
-        import_package("fpzip", "fpzip", self.encoding, "floats")  # (the worker needs it)
+        self.encoder()  # (the worker needs it)
         stored_shape = self._stored(np.empty(shape, dtype=np.uint8)).shape
         is_double, extents = read_header(data, where)
         if np.dtype(np.float64 if is_double else np.float32) != self.dtype or \

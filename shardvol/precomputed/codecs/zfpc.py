@@ -21,22 +21,23 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError, InvalidArgumentError
+from shardvol.precomputed.codecs._floats import FloatCodec
 from shardvol.precomputed.codecs._packages import import_package
-from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4, fortran_empty
-from shardvol.precomputed.codecs.fpzip import FLOAT_DTYPES
+from shardvol.precomputed.codecs.base import Shape4, fortran_empty
 
 _HEADER = 23
 #: zfpc's type codes of float32 and float64
 _TYPES: dict[int, np.dtype] = {3: np.dtype(np.float32), 4: np.dtype(np.float64)}
 
 
-class ZfpcCodec(ChunkEncoding):
+class ZfpcCodec(FloatCodec):
     """The ``zfpc`` encoding.  At most one of ``zfpc_rate`` (bits per value),
     ``zfpc_precision`` (bits per coefficient) and ``zfpc_tolerance`` (largest absolute
     error) is set (>= 0); none: lossless.  ``zfpc_correlated_dims``: which of the x, y, z
     and channel axes vary smoothly (the rest are compressed one plane at a time)."""
 
     encoding = "zfpc"
+    package = "zfpc"
     options = ("zfpc_rate", "zfpc_precision", "zfpc_tolerance", "zfpc_correlated_dims")
 
     def __init__(
@@ -66,19 +67,8 @@ class ZfpcCodec(ChunkEncoding):
                 f"true, got {zfpc_correlated_dims!r}")
         self.zfpc_correlated_dims = tuple(dims)
 
-    @classmethod
-    def _supports(cls, dtype: np.dtype, num_channels: int) -> bool:
-        return dtype in FLOAT_DTYPES
-
-    @classmethod
-    def _support_text(cls) -> str:
-        return "supported: float32 or float64"
-
-    def ensure_encoder(self) -> None:
-        import_package("zfpc", "zfpc", self.encoding, "floats")
-
     def _encode(self, array: np.ndarray) -> bytes:
-        zfpc = import_package("zfpc", "zfpc", self.encoding, "floats")
+        zfpc = self.encoder()
         try:
             return bytes(zfpc.compress(
                 np.asfortranarray(array, dtype=self.dtype), rate=self.zfpc_rate,
