@@ -173,6 +173,7 @@ class Volume(AsyncMethods):
     # ---------------------------------------------------------------- metadata
     @property
     def url(self) -> str:
+        """The volume's location (the store's URL)."""
         return self._kv.url
 
     @property
@@ -275,6 +276,7 @@ class Volume(AsyncMethods):
 
     @property
     def scale(self) -> ScaleInfo:
+        """The info's entry of the open scale (key, size, resolution, chunk size, encoding)."""
         return self._meta.scales[self._mip]
 
     @property
@@ -289,22 +291,27 @@ class Volume(AsyncMethods):
 
     @property
     def layer_type(self) -> str:
+        """``"image"`` or ``"segmentation"`` (the info's ``type``)."""
         return self._meta.type
 
     @property
     def dtype(self) -> np.dtype:
+        """The voxels' numpy data type."""
         return self._meta.dtype
 
     @property
     def num_channels(self) -> int:
+        """Channels per voxel (the last axis of every array read)."""
         return self._meta.num_channels
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
+        """``(x, y, z, channel)`` extent of the open scale."""
         return (*self.scale.size, self._meta.num_channels)
 
     @property
     def voxel_offset(self) -> tuple[int, int, int]:
+        """Global coordinates of the open scale's first voxel."""
         return self.scale.voxel_offset
 
     @property
@@ -316,18 +323,22 @@ class Volume(AsyncMethods):
 
     @property
     def chunk_size(self) -> tuple[int, int, int]:
+        """Voxels per chunk along x, y, z."""
         return self.scale.chunk_size
 
     @property
     def resolution(self) -> tuple[float, float, float]:
+        """Nanometres per voxel along x, y, z."""
         return self.scale.resolution
 
     @property
     def encoding(self) -> str:
+        """The chunk encoding of the open scale (``raw``, ``jpeg``, ...)."""
         return self.scale.encoding
 
     @property
     def sharding(self) -> ShardingSpec | None:
+        """The open scale's sharding spec, or None (one file per chunk)."""
         return self._spec
 
     @property
@@ -349,6 +360,7 @@ class Volume(AsyncMethods):
 
     @property
     def fill_value(self) -> Any:
+        """What missing chunks (and, unbounded, the outside) read as."""
         return self._options["fill_value"]
 
     @property

@@ -97,6 +97,7 @@ class ZarrArray(AsyncMethods):
 
     @property
     def url(self) -> str:
+        """The array's location (the store's URL)."""
         return self._store.kv.url
 
     @property
@@ -121,26 +122,32 @@ class ZarrArray(AsyncMethods):
 
     @property
     def mode(self) -> str:
+        """``"r"`` (read only) or ``"r+"`` (read and write)."""
         return self._mode
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The array's extent per axis."""
         return self.metadata.shape
 
     @property
     def ndim(self) -> int:
+        """The number of axes."""
         return self.metadata.ndim
 
     @property
     def size(self) -> int:
+        """The number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
+        """Bytes the whole array takes in memory."""
         return self.size * self.dtype.itemsize
 
     @property
     def dtype(self) -> np.dtype:
+        """The elements' numpy data type."""
         return self.metadata.dtype
 
     @property
@@ -155,10 +162,12 @@ class ZarrArray(AsyncMethods):
 
     @property
     def fill_value(self) -> Any:
+        """What chunks never written read as."""
         return self.metadata.fill_value
 
     @property
     def dimension_names(self) -> tuple[str | None, ...] | None:
+        """The axes' names from ``zarr.json`` (None where unnamed)."""
         return self.metadata.dimension_names
 
     @property

@@ -156,19 +156,23 @@ class OmeZarrImage(AsyncMethods):
 
     @property
     def scale(self) -> Level:
+        """The multiscale's entry of the open level (its path, scale, translation)."""
         return self._ms.levels[self._mip]
 
     @property
     def mip_level(self) -> int:
+        """The index of the open level (0: the finest)."""
         return self._mip
 
     # ---------------------------------------------------------------- metadata
     @property
     def url(self) -> str:
+        """The image's location (the group's URL)."""
         return self._kv.url
 
     @property
     def store(self) -> KVStore:
+        """The key-value store holding the image."""
         return self._kv
 
     @property
@@ -183,14 +187,17 @@ class OmeZarrImage(AsyncMethods):
 
     @property
     def cache(self) -> ChunkCache | None:
+        """The open level's chunk cache (None: no cache)."""
         return self.array.cache
 
     @property
     def dtype(self) -> np.dtype:
+        """The voxels' numpy data type."""
         return self.array.dtype
 
     @property
     def num_channels(self) -> int:
+        """Channels per voxel (1 without a channel axis)."""
         c = self._ms.index("channel")
         return 1 if c is None else self.array.shape[c]
 
@@ -201,10 +208,12 @@ class OmeZarrImage(AsyncMethods):
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
+        """``(x, y, z, channel)`` extent of the open level."""
         return (*self.size, self.num_channels)
 
     @property
     def voxel_offset(self) -> Vec3:
+        """Global coordinates of the open level's first voxel."""
         return self.scale.voxel_offset
 
     @property
@@ -214,6 +223,7 @@ class OmeZarrImage(AsyncMethods):
 
     @property
     def bounds(self) -> tuple[Vec3, Vec3]:
+        """``(start, stop)`` voxel coordinates of the domain (stop exclusive)."""
         start = self.voxel_offset
         return start, tuple(s + n for s, n in zip(start, self.size))  # type: ignore[return-value]
 
