@@ -6,8 +6,9 @@ A segmentation's objects as a proofreading or analysis session reads them:
   read meshes       N multi-resolution meshes (Draco fragments, 2 LODs, LOD 0) of a
                     sharded mesh directory, in one batched call
   write skeletons   the N skeletons, unsharded (CloudVolume's upload) and sharded (shardvol)
-  write meshes      N legacy meshes, unsharded (CloudVolume's mesh.put; it has no
-                    multi-resolution writer), and shardvol's multi-resolution sharded ones
+  write meshes      N legacy meshes, unsharded (CloudVolume's batched mesh.put, uncompressed
+                    as shardvol writes them; it has no multi-resolution writer), and
+                    shardvol's multi-resolution sharded ones
 
 Reads run on local files and over HTTP from tests/fault_server.py with ``--latency``
 seconds before every answer (an object store's time to first byte); the sharded
@@ -81,6 +82,8 @@ def _cloudvolume(url: str, info: dict[str, Any] | None = None):
 
 
 def segmentation(path: str) -> Volume:
+    """A new segmentation volume at ``path`` (anything there before removed)."""
+    shutil.rmtree(path, ignore_errors=True)
     return Volume.create(path, size=(4096, 4096, 512), data_type="uint64",
                         type="segmentation", resolution=(8, 8, 40),
                         encoding="compressed_segmentation", overwrite=True)
@@ -150,8 +153,8 @@ def main() -> None:
             cv = _cloudvolume(f"file://{root}/w-mesh-cv")
             from cloudvolume import Mesh as CVMesh
 
-            for label, m in mesh_set.items():
-                cv.mesh.put(CVMesh(m.vertices, m.faces, None, segid=label), compress=False)
+            cv.mesh.put([CVMesh(m.vertices, m.faces, None, segid=label)
+                         for label, m in mesh_set.items()], compress=False)  # (shardvol's: plain)
 
         cv_skel = best(cv_write_skeletons, args.repeat)
         print(row("write skeletons, unsharded", "local", best(

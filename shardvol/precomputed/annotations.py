@@ -48,6 +48,7 @@ from shardvol.precomputed.annotation_index import (
     morton_codes,
     record_dtype,
 )
+from shardvol.precomputed.file_copies import read_files, without_suffix
 from shardvol.sharding import ShardingSpec, ShardReader, write_shards
 from shardvol.sharding.spec import as_keys
 
@@ -129,7 +130,8 @@ class _Uint64Index:
         if self.reader is not None:
             return dict(self.reader.get_data_many(keys))
         names = [str(k) for k in keys.tolist()]
-        return {int(k): v for k, v in zip(names, self.store.get_many(names)) if v is not None}
+        blobs = read_files(self.store, names, lambda name: f"{self.where}/{name}")
+        return {int(k): v for k, v in zip(names, blobs) if v is not None}
 
 
 class _SpatialIndex:
@@ -150,8 +152,8 @@ class _SpatialIndex:
             return [(f"{self.where} cell {cell_name(c)} (code {k})", found[k])
                     for c, k in zip(cells, codes.tolist()) if k in found]
         names = [cell_name(c) for c in cells]
-        return [(f"{self.where}/{n}", v) for n, v in zip(names, self.store.get_many(names))
-                if v is not None]
+        blobs = read_files(self.store, names, lambda name: f"{self.where}/{name}")
+        return [(f"{self.where}/{n}", v) for n, v in zip(names, blobs) if v is not None]
 
     def stored_cells(self) -> np.ndarray:
         """Every cell (M, rank) that has a stored value."""
@@ -163,7 +165,8 @@ class _SpatialIndex:
             cells = morton_cells(np.concatenate([np.zeros(0, np.uint64), *codes]),
                                  self.level.grid_shape)
         else:
-            parts = [n.split("_") for n in self.store.list() if "/" not in n]
+            names = {without_suffix(n) for n in self.store.list() if "/" not in n}
+            parts = [n.split("_") for n in sorted(names)]
             cells = np.array([[int(v) for v in p] for p in parts
                               if len(p) == len(grid) and all(v.isdigit() for v in p)],
                              np.int64).reshape(-1, len(grid))

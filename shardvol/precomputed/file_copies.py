@@ -35,6 +35,14 @@ def read_files(kv: KVStore, keys: Sequence[str], name: Callable[[str], str],
     return blobs
 
 
+def without_suffix(name: str) -> str:
+    """``name`` without a compressed copy's suffix (``NAME.gz`` -> ``NAME``)."""
+    for suffix in FILE_SUFFIXES.values():
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def exists(kv: KVStore, key: str) -> bool:
     """Whether ``key`` is stored plain or as a compressed copy."""
     return any(kv.exists(key + suffix) for suffix in ALL_SUFFIXES)

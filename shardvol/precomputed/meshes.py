@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.compression import FILE_SUFFIXES
 from shardvol.errors import (
     AlreadyExistsError,
     ByteRangeError,
@@ -45,7 +44,7 @@ from shardvol.kvstore import KVStore
 from shardvol.kvstore.base import io_pool
 from shardvol.kvstore.cas import redo_on_conflict, write_if
 from shardvol.precomputed import file_copies
-from shardvol.precomputed.file_copies import delete_copies, read_files
+from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
 from shardvol.precomputed.multires_mesh import (
     IDENTITY_TRANSFORM,
     MULTIRES_TYPE,
@@ -277,12 +276,11 @@ class Meshes:
                      if re.fullmatch(r"[0-9a-f]+\.shard", name)]
             return sorted({int(x) for arr in found for x in arr.tolist()})
         pattern = _INDEX if self.multires is not None else _LEGACY_MANIFEST
-        suffixes = ("",) if self.multires is not None else ("", *FILE_SUFFIXES.values())
         out = set()
         for name in self.kv.list():
-            for suffix in suffixes:
-                if name.endswith(suffix) and (m := pattern.match(name[:len(name) - len(suffix)])):
-                    out.add(int(m.group(1)))
+            plain = name if self.multires is not None else without_suffix(name)
+            if m := pattern.match(plain):
+                out.add(int(m.group(1)))
         return sorted(out)
 
     # -- writing ---------------------------------------------------------------------------

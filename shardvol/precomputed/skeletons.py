@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from shardvol.compression import FILE_SUFFIXES
 from shardvol.errors import (
     AlreadyExistsError,
     ChunkDecodeError,
@@ -39,7 +38,7 @@ from shardvol.jsondoc import load_json, plain
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.kvstore.base import check_key, io_pool
 from shardvol.precomputed import file_copies
-from shardvol.precomputed.file_copies import delete_copies, read_files
+from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
 from shardvol.precomputed.segment_properties import SegmentProperties, read_segment_properties
 from shardvol.sharding import ShardingSpec, ShardReader, update_shard
 
@@ -561,10 +560,7 @@ def _label(label: object) -> int:
 
 def _label_file(key: str) -> int | None:
     """The label of an unsharded skeleton file name (``123``, ``123.gz``...), else None."""
-    for suffix in FILE_SUFFIXES.values():
-        if key.endswith(suffix):
-            key = key[: -len(suffix)]
-            break
+    key = without_suffix(key)
     if key.isascii() and key.isdigit() and int(key) < 1 << 64:
         return int(key)
     return None
