@@ -21,6 +21,7 @@ from shardvol._ext.hashing import murmurhash3_x86_128_u64
 from shardvol.errors import InfoError, InvalidArgumentError
 from shardvol.jsondoc import load_json
 
+#: The ``@type`` of a sharding spec.
 SHARDING_TYPE = "neuroglancer_uint64_sharded_v1"
 HASHES = ("identity", "murmurhash3_x86_128")
 ENCODINGS = ("raw", "gzip")

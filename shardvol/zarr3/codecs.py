@@ -345,6 +345,8 @@ class BytesCodec(ArrayBytesCodec):
 @register_codec
 @dataclass(frozen=True)
 class GzipCodec(BytesBytesCodec):
+    """The ``gzip`` bytes-to-bytes codec; ``level`` 0..9 (6)."""
+
     name: ClassVar[str] = "gzip"
     level: int = 6
 
@@ -388,6 +390,8 @@ class GzipCodec(BytesBytesCodec):
 @register_codec
 @dataclass(frozen=True)
 class ZstdCodec(BytesBytesCodec):
+    """The ``zstd`` bytes-to-bytes codec; ``level`` (3) and an optional content ``checksum``."""
+
     name: ClassVar[str] = "zstd"
     level: int = 3
     checksum: bool = False
@@ -443,6 +447,9 @@ _BLOSC_CNAMES = ("blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd")
 @register_codec
 @dataclass(frozen=True)
 class BloscCodec(BytesBytesCodec):
+    """The ``blosc`` bytes-to-bytes codec (``cname``, ``clevel``, ``shuffle``, ``typesize``,
+    ``blocksize`` as the Zarr v3 spec names them)."""
+
     name: ClassVar[str] = "blosc"
     cname: str = "zstd"
     clevel: int = 5

@@ -37,6 +37,7 @@ from shardvol.zarr3.codecs import (
 )
 from shardvol.zarr3.sharding import DEFAULT_INDEX_CODECS, ShardingCodec
 
+#: The metadata document of every Zarr v3 array and group.
 ZARR_JSON = "zarr.json"
 
 #: Zarr v3 data type name -> numpy dtype (native byte order)
