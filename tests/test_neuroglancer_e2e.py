@@ -180,6 +180,21 @@ def parse_log(lines: list[str]) -> list[tuple[str, str, str | None, int]]:
 
 
 # --------------------------------------------------------------- browser
+def open_browser(chrome: str, chromedriver: str, profile: str, url: str):
+    """Headless Chromium (selenium) showing ``url``, its console logged."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chrome
+    for flag in (*CHROME_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(chromedriver))
+    driver.get(url)
+    return driver
+
+
 def screenshot_when_loaded(viewer, size: tuple[int, int], timeout: float = 45):
     """Neuroglancer's own screenshot of the panel; the client takes it once every visible
     chunk is loaded (its "ready" state)."""
@@ -216,8 +231,6 @@ def test_neuroglancer_draws_shardvol_volumes(tmp_path):
     chrome, chromedriver = _browser()
     import neuroglancer
     from PIL import Image
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
 
     t0 = time.monotonic()
     image, seg = make_data()
@@ -246,13 +259,8 @@ def test_neuroglancer_draws_shardvol_volumes(tmp_path):
             s.cross_section_scale = 1  # 4 nm (one voxel) per pixel
             s.show_axis_lines = False
 
-        options = webdriver.ChromeOptions()
-        options.binary_location = chrome
-        for flag in (*CHROME_FLAGS, f"--user-data-dir={tmp_path / 'chrome-profile'}"):
-            options.add_argument(flag)
-        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(options=options, service=Service(chromedriver))
-        driver.get(viewer.get_viewer_url())
+        driver = open_browser(chrome, chromedriver, str(tmp_path / "chrome-profile"),
+                              viewer.get_viewer_url())
 
         shot = screenshot_when_loaded(viewer, PANEL)
         time.sleep(0.5)  # the page re-lays out after the screenshot's resize

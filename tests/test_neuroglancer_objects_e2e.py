@@ -22,9 +22,9 @@ import numpy as np
 from shardvol import Annotations, Mesh, Skeleton, Volume
 
 from .test_neuroglancer_e2e import (
-    CHROME_FLAGS,
     ServeProcess,
     _browser,
+    open_browser,
     parse_log,
     screenshot_when_loaded,
 )
@@ -101,8 +101,6 @@ def test_neuroglancer_draws_meshes_skeletons_and_annotations(tmp_path):
     chrome, chromedriver = _browser()
     import neuroglancer
     from PIL import Image
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
 
     write_data(str(tmp_path / "data"))
     server = ServeProcess(str(tmp_path / "data"))
@@ -126,13 +124,8 @@ def test_neuroglancer_draws_meshes_skeletons_and_annotations(tmp_path):
             s.projection_orientation = [0, 0, 0, 1]  # looking down z
             s.show_axis_lines = False
             s.show_default_annotations = False
-        options = webdriver.ChromeOptions()
-        options.binary_location = chrome
-        for flag in (*CHROME_FLAGS, f"--user-data-dir={tmp_path / 'chrome-profile'}"):
-            options.add_argument(flag)
-        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(options=options, service=Service(chromedriver))
-        driver.get(viewer.get_viewer_url())
+        driver = open_browser(chrome, chromedriver, str(tmp_path / "chrome-profile"),
+                              viewer.get_viewer_url())
         three_d = screenshot_when_loaded(viewer, PANEL)
         with viewer.txn() as s:
             s.layout = "xy"

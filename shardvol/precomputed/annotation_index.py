@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,15 +54,6 @@ def _vector(value: Any, rank: int, where: str, positive: bool = False) -> tuple[
     if not isinstance(value, list) or len(value) != rank:
         raise _fail(where, f"must be an array of {rank} numbers, got {value!r}")
     return tuple(_number(v, f"{where}[{i}]", positive) for i, v in enumerate(value))
-
-
-def _sharding(doc: Mapping[str, Any], where: str) -> ShardingSpec | None:
-    if "sharding" not in doc:
-        return None
-    try:
-        return ShardingSpec.from_dict(doc["sharding"])
-    except InfoError as e:
-        raise _fail(where, str(e)) from None
 
 
 def _key(doc: Any, where: str) -> str:
@@ -242,7 +233,7 @@ class AnnotationInfo:
                   for i, p in enumerate(props)),
             tuple(_relationship(r, f"{source} relationships[{i}]") for i, r in enumerate(rels)),
             IndexSpec(_key(doc["by_id"], f"{source} by_id"),
-                      _sharding(doc["by_id"], f"{source} by_id")),
+                      ShardingSpec.member(doc["by_id"], f"{source} by_id")),
             tuple(_level(s, rank, f"{source} spatial[{i}]") for i, s in enumerate(levels)),
         )
         info.check_names(source)
@@ -280,7 +271,7 @@ def _relationship(doc: Any, where: str) -> IndexSpec:
     rid = doc.get("id")
     if not isinstance(rid, str) or not rid:
         raise _fail(f"{where}.id", f"must be a non-empty string, got {rid!r}")
-    return IndexSpec(key, _sharding(doc, where), rid)
+    return IndexSpec(key, ShardingSpec.member(doc, where), rid)
 
 
 def _level(doc: Any, rank: int, where: str) -> SpatialLevel:
@@ -291,7 +282,7 @@ def _level(doc: Any, rank: int, where: str) -> SpatialLevel:
     return SpatialLevel(
         key, tuple(_integer(v, f"{where}.grid_shape[{i}]") for i, v in enumerate(shape)),
         _vector(doc.get("chunk_size"), rank, f"{where}.chunk_size", positive=True),
-        _integer(doc.get("limit"), f"{where}.limit"), _sharding(doc, where))
+        _integer(doc.get("limit"), f"{where}.limit"), ShardingSpec.member(doc, where))
 
 
 # -- binary encodings ----------------------------------------------------------------------

@@ -69,11 +69,7 @@ class MultiresInfo:
         if not _is_number(multiplier) or not np.isfinite(float(multiplier)):
             raise InfoError(f"{source}: lod_scale_multiplier must be a finite number, got "
                             f"{multiplier!r}")
-        sharding = info.get("sharding")
-        try:
-            spec = None if sharding is None else ShardingSpec.from_dict(sharding)
-        except InfoError as e:
-            raise InfoError(f"{source}: {e}") from None
+        spec = ShardingSpec.member(info, source)
         return cls(int(bits), tuple(float(x) for x in transform), float(multiplier), spec)
 
     def to_dict(self) -> dict:

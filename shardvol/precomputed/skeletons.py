@@ -188,11 +188,7 @@ class SkeletonInfo:
         if doc.get("@type") != SKELETONS_TYPE:
             raise InfoError(f"{source}: @type must be {SKELETONS_TYPE!r}, got "
                             f"{doc.get('@type')!r}")
-        sharding = doc.get("sharding")
-        try:
-            spec = None if sharding is None else ShardingSpec.from_dict(sharding)
-        except InfoError as e:
-            raise InfoError(f"{source}: {e}") from None
+        spec = ShardingSpec.member(doc, source)
         props = doc.get("segment_properties")
         if props is not None and not _is_directory_name(props):
             raise InfoError(f"{source}: segment_properties must be a directory name, got "

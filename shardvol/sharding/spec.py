@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import numbers
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -97,6 +98,17 @@ class ShardingSpec:
                 )
 
     # -- serialisation -------------------------------------------------------------------
+
+    @classmethod
+    def member(cls, doc: Mapping[str, Any], source: str) -> ShardingSpec | None:
+        """The spec of a metadata document's optional ``sharding`` member (None without
+        one); InfoError naming ``source``."""
+        if doc.get("sharding") is None:
+            return None
+        try:
+            return cls.from_dict(doc["sharding"])
+        except InfoError as e:
+            raise InfoError(f"{source}: {e}") from None
 
     @classmethod
     def from_dict(cls, d: dict) -> ShardingSpec:
