@@ -488,3 +488,16 @@ def test_corrupt_multires(sharding):
         meshes.get(4, lod=2)
     with pytest.raises(MissingChunkError, match="label"):
         meshes[5]
+
+
+def test_trimesh_objects_in_and_out(tmp_path):
+    import trimesh
+
+    sphere_tm = trimesh.creation.icosphere(subdivisions=3, radius=250.0)
+    sphere_tm.apply_translation([1000, 2000, 3000])
+    meshes = Meshes.create(open_store(str(tmp_path)))
+    meshes[5] = Mesh.from_trimesh(sphere_tm)
+    back = meshes[5].to_trimesh()
+    assert isinstance(back, trimesh.Trimesh) and back.is_watertight
+    assert back.volume == pytest.approx(sphere_tm.volume, rel=1e-6)  # (float32 vertices)
+    np.testing.assert_array_equal(back.faces, sphere_tm.faces)

@@ -38,6 +38,7 @@ from shardvol.errors import (
     InvalidArgumentError,
     InvalidKeyError,
     MissingChunkError,
+    UnsupportedCodecError,
 )
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore
@@ -116,6 +117,17 @@ class Mesh:
     def from_trimesh(cls, obj: Any) -> Mesh:
         """A mesh from any object with ``vertices`` and ``faces`` arrays (a trimesh.Trimesh)."""
         return cls(np.asarray(obj.vertices), np.asarray(obj.faces))
+
+    def to_trimesh(self) -> Any:
+        """This mesh as a ``trimesh.Trimesh`` (vertices and faces as they are; needs the
+        trimesh package)."""
+        try:
+            import trimesh
+        except ImportError as e:
+            raise UnsupportedCodecError("Mesh.to_trimesh needs the trimesh package: "
+                                        "pip install trimesh") from e
+        return trimesh.Trimesh(vertices=self.vertices, faces=self.faces,
+                               vertex_normals=self.normals, process=False)
 
 
 def encode_legacy(mesh: Mesh) -> bytes:
