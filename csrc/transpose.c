@@ -111,8 +111,17 @@ int sv_copy_transposed(const uint8_t *src, const ptrdiff_t src_strides[4], uint8
     for (int d = 0; d < 4; d++)
         if (count[d] == 0) return SV_OK;
     const int fa = fastest_axis(src_strides, count), fb = fastest_axis(dst_strides, count);
-    if (fa < 0 || fb < 0 || fa == fb) { /* one layout: rows (or items) in order */
-        sv_copy_box_to(src, src_strides, dst, dst_strides, count, itemsize, 0);
+    if (fa < 0 || fb < 0 || fa == fb) { /* one layout: rows along the fast axis, in order */
+        const int fast = fa < 0 ? 0 : fa;
+        ptrdiff_t ss[4], ds[4];
+        size_t n[4];
+        for (int d = 0, k = 1; d < 4; d++) {
+            const int at = d == fast ? 0 : k++;
+            ss[at] = src_strides[d];
+            ds[at] = dst_strides[d];
+            n[at] = count[d];
+        }
+        sv_copy_box_to(src, ss, dst, ds, n, itemsize, 0);
         return SV_OK;
     }
     int other[2], k = 0;
