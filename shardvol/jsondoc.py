@@ -4,6 +4,7 @@ anything that is not a JSON document, however it fails, is an InfoError naming i
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from shardvol.errors import InfoError
@@ -29,3 +30,14 @@ def plain(value: Any) -> Any:
         raise TypeError(f"a value of type {type(o).__name__} has no JSON form")
 
     return json.loads(json.dumps(value, default=convert))
+
+
+def finite_number(value: Any) -> bool:
+    """Whether ``value`` is a JSON number (an int or float, not a bool) of finite float
+    value (an integer too large for a float is not: it would overflow every use)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

@@ -465,3 +465,55 @@ def test_shardvol_info_describes_a_collection(tmp_path, capsys):
     assert "neuroglancer precomputed annotations (point)" in out
     assert f"properties:    {', '.join(p['id'] for p in PROPS_B)}" in out
     assert "relationships: pre, post" in out and "stored:        57 annotations" in out
+
+
+def test_levels_left_empty_zero_annotations_and_a_property_named_geometry(tmp_path):
+    levels = [{"chunk_size": [100, 100, 100], "limit": 1000},
+              {"chunk_size": [50, 50, 50], "limit": 1000}]  # (all go to the first)
+    rng = np.random.default_rng(41)
+    points = rng.uniform(0, 100, (20, 3))
+    ann = Annotations.create(str(tmp_path / "a"), annotation_type="point", dimensions=DIMS,
+                             lower_bound=[0, 0, 0], upper_bound=[100, 100, 100],
+                             spatial=levels).write(np.arange(1, 21), points)
+    assert len(ann.info.spatial) == 2 and sorted(ann.all().ids.tolist()) == list(range(1, 21))
+    empty = Annotations.create(str(tmp_path / "b"), annotation_type="point", dimensions=DIMS,
+                               lower_bound=[0, 0, 0], upper_bound=[100, 100, 100]
+                               ).write(np.zeros(0, np.uint64), np.zeros((0, 3)))
+    assert len(empty.all()) == 0 and empty.get(1) is None
+
+    # neuroglancer's writer takes a property named "geometry"; so does shardvol
+    space = neuroglancer.CoordinateSpace(names=["x", "y", "z"], units="m",
+                                         scales=[1e-9, 1e-9, 1e-9])
+    writer = AnnotationWriter(space, "point", properties=[
+        neuroglancer.AnnotationPropertySpec(id="geometry", type="float32")])
+    writer.add_point([1, 2, 3], id=5, geometry=7.0)
+    writer.write(str(tmp_path / "c"))
+    got = Annotations(str(tmp_path / "c")).get(5)
+    assert got is not None and got.properties == {"geometry": 7.0}
+    assert got.geometry.tolist() == [1, 2, 3]
+
+
+def test_a_failed_overwrite_keeps_the_collection(tmp_path):
+    url = str(tmp_path / "a")
+    rng = np.random.default_rng(42)
+    make: dict = {"annotation_type": "point", "dimensions": DIMS, "lower_bound": [0, 0, 0],
+                  "upper_bound": [100, 100, 100]}
+    Annotations.create(url, **make).write(np.arange(1, 11), rng.uniform(0, 100, (10, 3)))
+    with pytest.raises(InvalidArgumentError):  # (checked before anything is cleared)
+        Annotations.create(url, overwrite=True, **make).write([1, 1], np.zeros((2, 3)))
+    assert len(Annotations(url).all()) == 10
+
+
+@pytest.mark.parametrize("field", ["lower_bound", "dimensions"])
+def test_integers_too_large_for_a_float_are_info_errors(tmp_path, field):
+    url = str(tmp_path / "a")
+    Annotations.create(url, annotation_type="point", dimensions=DIMS, lower_bound=[0, 0, 0],
+                       upper_bound=[100, 100, 100]).write([1], [[1.0, 2.0, 3.0]])
+    doc = json.loads((tmp_path / "a" / "info").read_text())
+    if field == "lower_bound":
+        doc["lower_bound"][0] = 10**400
+    else:
+        doc["dimensions"]["x"][0] = 10**400
+    (tmp_path / "a" / "info").write_text(json.dumps(doc))
+    with pytest.raises(InfoError, match="finite number"):
+        Annotations(url)

@@ -106,3 +106,12 @@ def test_not_json():
         VolumeInfo.from_json(b"{\"type\": ")
     with pytest.raises(InfoError, match="must be a JSON object"):
         VolumeInfo.from_json(b"[1, 2]")
+
+
+def test_an_integer_too_large_for_a_float_is_an_info_error():
+    doc = {"@type": "neuroglancer_multiscale_volume", "type": "image", "data_type": "uint8",
+           "num_channels": 1, "scales": [{
+               "key": "a", "size": [1, 1, 1], "resolution": [10**400, 1, 1],
+               "voxel_offset": [0, 0, 0], "chunk_sizes": [[1, 1, 1]], "encoding": "raw"}]}
+    with pytest.raises(InfoError, match="resolution"):
+        VolumeInfo.from_dict(doc)

@@ -9,7 +9,6 @@ An annotation record is its geometry (float32le), then its properties (4-byte ty
 
 from __future__ import annotations
 
-import math
 import numbers
 import re
 from collections.abc import Sequence
@@ -19,9 +18,12 @@ from typing import Any
 import numpy as np
 
 from shardvol.errors import ChunkDecodeError, InfoError, UnsupportedCodecError
+from shardvol.jsondoc import finite_number
 from shardvol.sharding import ShardingSpec
 
 ANNOTATIONS_TYPE = "neuroglancer_annotations_v1"
+#: The record field of the geometry: a name no property id can have (they start with a-z).
+GEOMETRY = "_geometry"
 TYPES = ("point", "line", "axis_aligned_bounding_box", "ellipsoid")
 #: numpy dtype of each property type, in the order the record groups them (by size)
 PROPERTY_DTYPES: dict[str, Any] = {
@@ -37,7 +39,7 @@ def _fail(where: str, message: str) -> InfoError:
 
 
 def _number(value: Any, where: str, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    if not finite_number(value):
         raise _fail(where, f"must be a finite number, got {value!r}")
     if positive and value <= 0:
         raise _fail(where, f"must be positive, got {value!r}")
@@ -290,7 +292,7 @@ def _level(doc: Any, rank: int, where: str) -> SpatialLevel:
 
 def record_dtype(info: AnnotationInfo) -> np.dtype:
     """The structured dtype of one encoded record: ``geometry`` then each property by id."""
-    names, formats, offsets = ["geometry"], [("<f4", (info.geometry_size,))], [0]
+    names, formats, offsets = [GEOMETRY], [("<f4", (info.geometry_size,))], [0]
     offset = 4 * info.geometry_size
     for group in (0, 1, 2):
         for p in info.properties:

@@ -32,6 +32,7 @@ from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.kvstore.base import io_pool
 from shardvol.precomputed.annotation_index import (
     ANNOTATIONS_TYPE,
+    GEOMETRY,
     AnnotationInfo,
     IndexSpec,
     PropertySpec,
@@ -114,7 +115,7 @@ def _columns(ids: np.ndarray, records: np.ndarray, info: AnnotationInfo,
              related: dict[str, list[np.ndarray]] | None = None) -> AnnotationColumns:
     return AnnotationColumns(
         ids.astype(np.uint64),
-        np.array(records["geometry"], np.float32).reshape(len(ids), info.geometry_size),
+        np.array(records[GEOMETRY], np.float32).reshape(len(ids), info.geometry_size),
         {p.id: np.array(records[p.id]) for p in info.properties}, related or {})
 
 
@@ -408,6 +409,8 @@ class AnnotationWriter:
         ``geometry`` (N, rank) for points, else (N, 2 * rank); ``properties``: a column of
         N values (N x 3|4 for rgb|rgba) for every property; ``relationships``: for each
         relationship, N lists (or arrays) of related ids (left out: none)."""
+        if self.store.get(INFO_KEY) is not None and not self.overwrite:
+            raise AlreadyExistsError(f"{self.store.url} holds an 'info' already")
         ids_ = as_keys(ids)
         n, info = len(ids_), self.info
         if len(np.unique(ids_)) != n:
@@ -417,7 +420,7 @@ class AnnotationWriter:
             raise InvalidArgumentError(f"geometry must be {n} x {info.geometry_size} finite "
                                        f"numbers, got shape {geom.shape}")
         records = np.zeros(n, self.dtype)
-        records["geometry"] = geom
+        records[GEOMETRY] = geom
         props = dict(properties or {})
         for p in info.properties:
             records[p.id] = _property_column(p, props.pop(p.id, None), n)
@@ -425,15 +428,20 @@ class AnnotationWriter:
         related = [_related_column(r.id, rels.pop(r.id, None), n) for r in info.relationships]
         if props or rels:
             raise InvalidArgumentError(f"unknown properties or relationships {[*props, *rels]}")
-        self._clear()
+        # every value is encoded before the old collection is cleared (nothing is lost to
+        # a failure on the way); the info is written last
         # (rows as bytes: indexing a structured array leaves its padding bytes undefined)
         rows = records.view(np.uint8).reshape(n, self.dtype.itemsize)
-        self._put(info.by_id, {k: encode_single(rows[i].tobytes(), [r[i] for r in related])
-                               for i, k in enumerate(ids_.tolist())})
-        for spec, lists in zip(info.relationships, related):
-            self._put(spec, _by_segment(lists, ids_, rows))
-        levels = self._write_spatial(ids_, rows, *bounds(info.annotation_type, geom, info.rank))
-        done = replace(info, spatial=tuple(levels))
+        puts: list[tuple[IndexSpec | SpatialLevel, dict[Any, bytes]]] = [
+            (info.by_id, {k: encode_single(rows[i].tobytes(), [r[i] for r in related])
+                          for i, k in enumerate(ids_.tolist())})]
+        puts += [(spec, _by_segment(lists, ids_, rows))
+                 for spec, lists in zip(info.relationships, related)]
+        spatial = self._plan_spatial(ids_, rows, *bounds(info.annotation_type, geom, info.rank))
+        self._clear()
+        for spec, values in [*puts, *spatial]:
+            self._put(spec, values)
+        done = replace(info, spatial=tuple(level for level, _ in spatial))
         self.store.set(INFO_KEY, json.dumps(done.to_dict()).encode())
         return Annotations(self.store)
 
@@ -441,8 +449,6 @@ class AnnotationWriter:
         """With overwrite: empty the index directories of this and any previous info."""
         keys = [self.info.by_id.key, *(r.key for r in self.info.relationships)]
         raw = self.store.get(INFO_KEY)
-        if raw is not None and not self.overwrite:
-            raise AlreadyExistsError(f"{self.store.url} holds an 'info' already")
         if raw is not None:
             try:
                 old = Annotations(self.store)
@@ -481,15 +487,15 @@ class AnnotationWriter:
         return SpatialLevel(f"spatial{i}", tuple(grid.tolist()),
                             tuple((span / grid).tolist()), self.limit, self.sharding)
 
-    def _write_spatial(self, ids: np.ndarray, rows: np.ndarray, lo: np.ndarray,
-                       hi: np.ndarray) -> list[SpatialLevel]:
+    def _plan_spatial(self, ids: np.ndarray, rows: np.ndarray, lo: np.ndarray,
+                      hi: np.ndarray) -> list[tuple[SpatialLevel, dict[Any, bytes]]]:
         """Levels as the spec describes: each annotation is emitted, with probability
         limit / (most annotations left in a cell), in every cell of a level it meets, or
         left for the next; the last level takes every annotation left, and a level takes
         those that would meet more than MAX_SPAN_CELLS cells of the next."""
         origin = np.asarray(self.info.lower_bound)
         remaining = np.arange(len(ids))
-        written: list[SpatialLevel] = []
+        written: list[tuple[SpatialLevel, dict[Any, bytes]]] = []
         level = self._next_level(0, None)
         while level is not None:
             following = self._next_level(len(written) + 1, level)
@@ -509,12 +515,11 @@ class AnnotationWriter:
             groups = np.split(members, starts[1:]) if len(members) else []
             if groups and following is None:
                 level = replace(level, limit=max(level.limit, max(map(len, groups))))
-            heads = cells[starts]
+            heads = cells[starts] if len(members) else cells[:0]
             keys: list[Any] = (morton_codes(heads, level.grid_shape).tolist()
                                if level.sharding is not None else [cell_name(c) for c in heads])
-            self._put(level, {k: encode_multiple(rows[g], ids[g])
-                              for k, g in zip(keys, groups)})
-            written.append(level)
+            written.append((level, {k: encode_multiple(rows[g], ids[g])
+                                    for k, g in zip(keys, groups)}))
             remaining = remaining[~emit]
             if not len(remaining) and self.levels is None:
                 break

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from shardvol.errors import InfoError
-from shardvol.jsondoc import load_json
+from shardvol.jsondoc import finite_number, load_json
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
               "float32", "float64")
@@ -45,8 +45,7 @@ def _num3(value: Any, where: str) -> tuple[float, float, float]:
     if (
         not isinstance(value, (list, tuple))
         or len(value) != 3
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-        or not all(math.isfinite(v) and v > 0 for v in value)
+        or not all(finite_number(v) and v > 0 for v in value)
     ):
         raise InfoError(f"info: {where} must be 3 positive numbers, got {value!r}")
     return (value[0], value[1], value[2])

@@ -29,6 +29,7 @@ from shardvol.errors import (
     InvalidArgumentError,
     UnsupportedCodecError,
 )
+from shardvol.jsondoc import finite_number
 from shardvol.sharding import ShardingSpec
 from shardvol.sharding.format import assemble_shard as assemble_shard_file
 from shardvol.sharding.format import encode_values, sort_entries
@@ -61,12 +62,11 @@ class MultiresInfo:
             raise InfoError(f"{source}: vertex_quantization_bits must be 10 or 16, got {bits!r}")
         transform = info.get("transform")
         if (not isinstance(transform, list) or len(transform) != 12
-                or not all(_is_number(x) for x in transform)
-                or not np.isfinite(np.array(transform, dtype=np.float64)).all()):
+                or not all(finite_number(x) for x in transform)):
             raise InfoError(f"{source}: transform must be a list of 12 finite numbers, got "
                             f"{transform!r}")
         multiplier: Any = info.get("lod_scale_multiplier")
-        if not _is_number(multiplier) or not np.isfinite(float(multiplier)):
+        if not finite_number(multiplier):
             raise InfoError(f"{source}: lod_scale_multiplier must be a finite number, got "
                             f"{multiplier!r}")
         spec = ShardingSpec.member(info, source)
@@ -87,8 +87,6 @@ class MultiresInfo:
         return np.array(self.transform, dtype=np.float64).reshape(3, 4)
 
 
-def _is_number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 # -- manifest --------------------------------------------------------------------------------

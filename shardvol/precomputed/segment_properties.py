@@ -20,7 +20,6 @@ specification recommends (no spaces, no leading ``#``).
 from __future__ import annotations
 
 import json
-import math
 import numbers
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from shardvol.errors import InfoError
-from shardvol.jsondoc import load_json
+from shardvol.jsondoc import finite_number, load_json
 from shardvol.kvstore import KVStore
 
 PROPERTIES_TYPE = "neuroglancer_segment_properties"
@@ -395,7 +394,7 @@ def _checked_numbers(p: dict[str, Any], values: Any, where: str) -> np.ndarray:
         int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
     for j, item in enumerate(values):
         v = item.item() if isinstance(item, np.number) else item
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if not finite_number(v):
             raise InfoError(f"{where}: values[{j}] must be a finite number, got {item!r}")
         if dtype != "float32" and v != int(v):
             raise InfoError(f"{where}: values[{j}] = {v!r} is not an integer ({dtype})")

@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from shardvol.errors import (
     InvalidKeyError,
     MissingChunkError,
 )
-from shardvol.jsondoc import load_json, plain
+from shardvol.jsondoc import finite_number, load_json, plain
 from shardvol.kvstore import KVStore, PrefixStore, open_store
 from shardvol.kvstore.base import check_key, io_pool
 from shardvol.precomputed import file_copies
@@ -473,7 +472,7 @@ def decode_skeleton(data: bytes | memoryview, info: SkeletonInfo, where: str) ->
 
 def _transform(value: Any, source: str) -> tuple[float, ...]:
     if not isinstance(value, (list, tuple)) or len(value) != 12 or not all(
-            map(_finite, value)):
+            map(finite_number, value)):
         raise InfoError(f"{source}: transform must be an array of 12 finite numbers, got "
                         f"{value!r}")
     return tuple(float(x) for x in value)
@@ -560,12 +559,3 @@ def _label_file(key: str) -> int | None:
     if key.isascii() and key.isdigit() and int(key) < 1 << 64:
         return int(key)
     return None
-
-
-def _finite(x: Any) -> bool:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return False
-    try:
-        return math.isfinite(x)
-    except OverflowError:  # (an integer too large for a float)
-        return False
