@@ -480,6 +480,8 @@ def test_levels_left_empty_zero_annotations_and_a_property_named_geometry(tmp_pa
                                lower_bound=[0, 0, 0], upper_bound=[100, 100, 100]
                                ).write(np.zeros(0, np.uint64), np.zeros((0, 3)))
     assert len(empty.all()) == 0 and empty.get(1) is None
+    with pytest.raises(InvalidArgumentError, match="finite"):
+        ann.in_region([0, 0, np.nan], [10, 10, 10])
 
     # neuroglancer's writer takes a property named "geometry"; so does shardvol
     space = neuroglancer.CoordinateSpace(names=["x", "y", "z"], units="m",

@@ -461,7 +461,10 @@ def test_corrupt_multires(sharding):
     with pytest.raises(ChunkDecodeError, match=r"label 4.*shorter than its 28-byte header"):
         meshes[4]
     store(data, raw[:24] + (10**6).to_bytes(4, "little") + raw[28:])
-    with pytest.raises(ChunkDecodeError, match=r"label 4.*too short for 1000000 LODs"):
+    with pytest.raises(ChunkDecodeError, match=r"label 4.*has 1000000 LODs, not 1 to 64"):
+        meshes[4]
+    store(data, raw[:24] + (60).to_bytes(4, "little") + raw[28:])
+    with pytest.raises(ChunkDecodeError, match=r"label 4.*too short for 60 LODs"):
         meshes[4]
     store(data, raw[:-4])
     with pytest.raises(ChunkDecodeError, match=r"label 4.*manifest has .* bytes, but 2 LODs"):
@@ -501,3 +504,22 @@ def test_trimesh_objects_in_and_out(tmp_path):
     assert isinstance(back, trimesh.Trimesh) and back.is_watertight
     assert back.volume == pytest.approx(sphere_tm.volume, rel=1e-6)  # (float32 vertices)
     np.testing.assert_array_equal(back.faces, sphere_tm.faces)
+
+
+def test_rewrites_delete_only_the_labels_own_fragments_and_overwrite_clears(tmp_path):
+    rng = np.random.default_rng(12)
+    kv = open_store(str(tmp_path))
+    meshes = Meshes.create(kv)
+    meshes[7] = sphere(rng)
+    kv.set("7:0", json.dumps({"fragments": ["info", "7:0:1"]}).encode())  # (a lying manifest)
+    meshes[7] = sphere(rng)
+    del meshes[7]
+    assert kv.get("info") is not None  # (named by the manifest, not the label's own)
+    multires = Meshes.create(kv, multires=True, overwrite=True)
+    assert kv.list() == ["info"] and multires.kind == "multires"
+    bad = sphere(rng)
+    bad.vertices[0, 0] = np.nan
+    with pytest.raises(InvalidArgumentError, match="finite"):
+        multires[8] = bad
+    with pytest.raises(InvalidArgumentError, match="fragments along an axis"):
+        multires.put_many({9: sphere(rng)}, chunk_shape=[1e-3, 1e-3, 1e-3])

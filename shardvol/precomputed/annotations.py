@@ -311,9 +311,10 @@ class Annotations:
         """The annotations whose geometry meets the closed box ``[lower, upper]``, from
         every spatial index level, each once, by ascending id."""
         lo, hi = (np.asarray(v, np.float64).reshape(-1) for v in (lower, upper))
-        if lo.shape != (self.rank,) or hi.shape != (self.rank,) or np.any(lo > hi):
+        if (lo.shape != (self.rank,) or hi.shape != (self.rank,) or np.any(lo > hi)
+                or not (np.isfinite(lo).all() and np.isfinite(hi).all())):
             raise InvalidArgumentError(f"region [{lower}, {upper}] must be two corners of "
-                                       f"{self.rank} numbers, lower <= upper")
+                                       f"{self.rank} finite numbers, lower <= upper")
         cells = []
         origin = np.asarray(self.info.lower_bound)
         for index in self._spatial:

@@ -193,7 +193,9 @@ class Meshes:
                lod_scale_multiplier: float = 1.0, transform: Sequence[float] | None = None,
                segment_properties: str | None = None, overwrite: bool = False) -> Meshes:
         """Write a mesh directory's ``info`` (AlreadyExistsError if there is one, unless
-        ``overwrite``) and open it.  ``transform``: 12 numbers, stored model -> nanometres."""
+        ``overwrite``: then the directory's meshes are deleted too, as they would not read
+        under the new info) and open it.  ``transform``: 12 numbers, stored model ->
+        nanometres."""
         if kv.get("info") is not None and not overwrite:
             raise AlreadyExistsError(f"{kv.url}/info exists (pass overwrite=True to replace it)")
         info: dict
@@ -220,6 +222,8 @@ class Meshes:
                 raise InvalidArgumentError("segment_properties must be a directory name, got "
                                            f"{segment_properties!r}")
             info["segment_properties"] = segment_properties
+        if overwrite:
+            list(io_pool().map(kv.delete, [k for k in kv.list() if k != "info"]))
         kv.set("info", json.dumps(info, indent=2).encode())
         return cls(kv)
 
@@ -345,7 +349,7 @@ class Meshes:
             self.kv.delete(str(key))
         else:
             names = self._legacy_manifests([key], missing_ok=True).get(key) or []
-            for name in [f"{key}:0", *names]:
+            for name in [f"{key}:0", *_own_fragments(key, names)]:
                 self.kv.delete(name)
                 delete_copies(self.kv, name)
 
@@ -400,7 +404,7 @@ class Meshes:
             for name in (frag, f"{k}:0"):  # compressed copies would be read instead
                 if self.kv.local:
                     delete_copies(self.kv, name)
-            for name in set(old[k] or []) - {frag}:
+            for name in set(_own_fragments(k, old[k] or [])) - {frag}:
                 self.kv.delete(name)
                 delete_copies(self.kv, name)
 
@@ -534,6 +538,12 @@ class Meshes:
 
 def _same(name: str, _: int) -> str:
     return name
+
+
+def _own_fragments(label: int, names: list[str]) -> list[str]:
+    """The fragment files a legacy manifest of ``label`` names that are the label's own
+    (``{label}:...``, in any directory): the only ones replacing or deleting it removes."""
+    return [n for n in names if n.rsplit("/", 1)[-1].startswith(f"{label}:")]
 
 
 def _label(label: object) -> int:

@@ -35,6 +35,12 @@ from shardvol.sharding.format import assemble_shard as assemble_shard_file
 from shardvol.sharding.format import encode_values, sort_entries
 
 MULTIRES_TYPE = "neuroglancer_multilod_draco"
+#: Fragments along an axis at LOD 0 a write may cut a mesh into (each grid plane is one
+#: pass over the triangles).
+MAX_NODES_PER_AXIS = 4096
+#: Levels of detail a manifest may have (LOD k's nodes are 2**k chunks wide: beyond this
+#: their size overflows float32).
+MAX_LODS = 64
 IDENTITY_TRANSFORM = (1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 _F32 = np.dtype("<f4")
 _U32 = np.dtype("<u4")
@@ -134,6 +140,8 @@ class Manifest:
             raise ChunkDecodeError(f"{name}: manifest of {len(buf)} bytes is shorter than its "
                                    "28-byte header")
         (num_lods,) = struct.unpack_from("<I", buf, 24)
+        if not 1 <= num_lods <= MAX_LODS:
+            raise ChunkDecodeError(f"{name}: manifest has {num_lods} LODs, not 1 to {MAX_LODS}")
         header = 28 + 20 * num_lods
         if len(buf) < header:
             raise ChunkDecodeError(f"{name}: manifest of {len(buf)} bytes is too short for "
@@ -215,8 +223,15 @@ def encode_mesh(lods: list[Arrays], bits: int, matrix: np.ndarray,
     """
     draco = _dracopy()
     inverse = invert_transform(matrix)
+    if not all(np.isfinite(v).all() for v, _ in lods):
+        raise InvalidArgumentError("mesh vertices must be finite numbers")
     stored = [(_apply(inverse, v), f) for v, f in lods]
     origin, chunk = _grid(stored, chunk_shape)
+    extent = np.max([v[f.ravel()].max(axis=0) for v, f in stored if len(f)], axis=0) - origin
+    if (np.ceil(extent / chunk.astype(np.float64)) > MAX_NODES_PER_AXIS).any():
+        raise InvalidArgumentError(
+            f"chunk_shape {chunk.tolist()} cuts the mesh into more than {MAX_NODES_PER_AXIS} "
+            "fragments along an axis at LOD 0")
     n = len(stored)
     scales = (np.float32(2) ** np.arange(n, dtype=np.float32) if lod_scales is None
               else np.asarray(lod_scales, dtype=np.float32).reshape(n))
