@@ -463,7 +463,7 @@ def test_absent_shards_are_cached_until_invalidated():
 
 def split_obsolete(store: KVStore, spec: ShardingSpec) -> None:
     """Rewrite every <n>.shard as the obsolete <n>.index + <n>.data pair."""
-    for fn in store.list():
+    for fn in [k for k in store.list() if k.endswith(".shard")]:
         blob = store.get(fn)
         stem = fn[: -len(".shard")]
         store.set(stem + ".index", blob[: spec.index_length])

@@ -507,3 +507,19 @@ def test_writes_are_checked():
     for vertices, edges in (([[0, 0]], []), (skel.vertices, [[0, -1]]), (skel.vertices, [0])):
         with pytest.raises(InvalidArgumentError, match="skeleton"):
             Skeleton(vertices, edges)
+
+
+def test_labels_of_shards_in_the_obsolete_layout_and_their_overwrite(tmp_path):
+    from .test_sharding import split_obsolete
+
+    rng = np.random.default_rng(77)
+    attrs = [{"id": "radius", "data_type": "float32", "num_components": 1}]
+    skels = Skeletons.create(str(tmp_path), sharding=SHARDING)
+    labels = random_labels(rng, 12)
+    skels.put_many({k: random_skeleton(rng, attrs) for k in labels})
+    split_obsolete(open_store(str(tmp_path)), ShardingSpec.from_dict(SHARDING))
+    again = Skeletons(str(tmp_path))
+    assert again.labels().tolist() == sorted(labels) and labels[0] in again
+    Skeletons.create(str(tmp_path), sharding=SHARDING, overwrite=True)
+    assert open_store(str(tmp_path)).list() == ["info"]
+    assert Skeletons(str(tmp_path)).labels().tolist() == []

@@ -160,11 +160,7 @@ class _SpatialIndex:
         """Every cell (M, rank) that has a stored value."""
         grid = np.asarray(self.level.grid_shape)
         if self.reader is not None:
-            files = {n.rsplit(".", 1)[0] + ".shard" for n in self.store.list()
-                     if n.endswith((".shard", ".index"))}
-            codes = [self.reader.list_labels(f) for f in sorted(files)]
-            cells = morton_cells(np.concatenate([np.zeros(0, np.uint64), *codes]),
-                                 self.level.grid_shape)
+            cells = morton_cells(self.reader.all_labels(), self.level.grid_shape)
         else:
             names = {without_suffix(n) for n in self.store.list() if "/" not in n}
             parts = [n.split("_") for n in sorted(names)]

@@ -288,9 +288,7 @@ class Meshes:
     def labels(self) -> list[int]:
         """Every label with a mesh, ascending (lists the directory, or every shard)."""
         if self._reader is not None:
-            found = [self._reader.list_labels(name) for name in self.kv.list()
-                     if re.fullmatch(r"[0-9a-f]+\.shard", name)]
-            return sorted({int(x) for arr in found for x in arr.tolist()})
+            return self._reader.all_labels().tolist()
         pattern = _INDEX if self.multires is not None else _LEGACY_MANIFEST
         out = set()
         for name in self.kv.list():

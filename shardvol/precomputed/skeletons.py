@@ -40,6 +40,7 @@ from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
 from shardvol.precomputed.segment_properties import SegmentProperties, read_segment_properties
 from shardvol.sharding import ShardingSpec, ShardReader, update_shard
+from shardvol.sharding.reader import obsolete_names, shard_files
 
 SKELETONS_TYPE = "neuroglancer_skeletons"
 INFO_KEY = "info"
@@ -306,8 +307,10 @@ class Skeletons:
                     raise AlreadyExistsError(f"{kv.url} already holds an info file; pass "
                                              "overwrite=True to replace it")
                 for key in kv.list(""):
-                    if "/" not in key and (_label_file(key) is not None
-                                           or key.endswith(".shard")):
+                    if "/" not in key and _label_file(key) is not None:
+                        kv.delete(key)
+                for name in shard_files(kv):
+                    for key in (name, *obsolete_names(name)):
                         kv.delete(key)
             kv.set(INFO_KEY, json.dumps(info.to_dict(), allow_nan=False).encode())
         return cls(kv)
@@ -344,13 +347,11 @@ class Skeletons:
 
     def labels(self) -> np.ndarray:
         """Every label that has a skeleton, ascending (uint64)."""
+        if self._reader is not None:
+            return self._reader.all_labels()
         keys = [k for k in self.kv.list("") if "/" not in k]
-        if self._reader is None:
-            found = {n for n in map(_label_file, keys) if n is not None}
-            return np.array(sorted(found), dtype=np.uint64)
-        reader = self._reader
-        lists = [reader.list_labels(k) for k in keys if k.endswith(".shard")]
-        return np.unique(np.concatenate(lists)) if lists else np.zeros(0, np.uint64)
+        found = {n for n in map(_label_file, keys) if n is not None}
+        return np.array(sorted(found), dtype=np.uint64)
 
     def _read(self, keys: list[int]) -> dict[int, bytes | memoryview]:
         if self._reader is not None:

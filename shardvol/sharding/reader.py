@@ -84,6 +84,18 @@ def obsolete_names(filename: str) -> tuple[str, str]:
     return stem + ".index", stem + ".data"
 
 
+def shard_files(store: KVStore) -> list[str]:
+    """The ``<hex>.shard`` files in the top directory of ``store``, also those stored in
+    the obsolete ``.index``/``.data`` layout (named as ``.shard``), sorted."""
+    names = set()
+    for key in store.list():
+        stem, dot, ext = key.rpartition(".")
+        if dot and ext in ("shard", "index") and "/" not in stem and stem and all(
+                c in "0123456789abcdef" for c in stem):
+            names.add(f"{stem}.shard")
+    return sorted(names)
+
+
 def fetch_shard(
     store: KVStore, spec: ShardingSpec, filename: str, versioned: bool = False
 ) -> tuple[bytes | memoryview | None, bool, Hashable | None]:
@@ -392,6 +404,11 @@ class ShardReader:
 
         # (a Stale file's index is read again by the next _shard_infos)
         return retrying(read, lambda e: False, f"{self.store.url}: shard file {filename}")
+
+    def all_labels(self) -> np.ndarray:
+        """Every key stored in the shard files of the store (listed), ascending (uint64)."""
+        lists = [self.list_labels(f) for f in shard_files(self.store)]
+        return np.unique(np.concatenate(lists)) if lists else np.zeros(0, dtype=np.uint64)
 
     def disassemble_shard(self, blob: bytes, filename: str = "<shard>") -> dict[int, bytes]:
         """``{key: value}`` of a whole shard file already in memory."""
