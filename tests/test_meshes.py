@@ -523,3 +523,30 @@ def test_rewrites_delete_only_the_labels_own_fragments_and_overwrite_clears(tmp_
         multires[8] = bad
     with pytest.raises(InvalidArgumentError, match="fragments along an axis"):
         multires.put_many({9: sphere(rng)}, chunk_shape=[1e-3, 1e-3, 1e-3])
+
+
+def test_a_shard_rewritten_during_a_read_is_read_again(tmp_path):
+    """The manifest and the fragment data of a sharded mesh come from one version of its
+    shard: another writer replacing the shard between the reads makes them start over."""
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
+            "minishard_bits": 0, "shard_bits": 0, "minishard_index_encoding": "raw",
+            "data_encoding": "raw"}
+    rng = np.random.default_rng(13)
+    kv = FileStore(str(tmp_path))
+    meshes = Meshes.create(kv, multires=True, sharding=spec)
+    meshes.put_many({3: random_triangles(rng), 5: random_triangles(rng)})
+    expected = Meshes(FileStore(str(tmp_path)))[5]
+    meshes = Meshes(kv)
+    meshes.get_many([3])  # (its shard index cached)
+    other = Meshes(FileStore(str(tmp_path)))
+    original, calls = kv.get_many_if, []
+
+    def racing(requests, versions):
+        calls.append(1)
+        if len(calls) == 1:  # another writer replaces the shard before the first read
+            other[3] = random_triangles(rng)
+        return original(requests, versions)
+
+    kv.get_many_if = racing  # type: ignore[method-assign]
+    assert_same(meshes[5], expected)
+    assert len(calls) >= 3  # (the manifest read, refused, then manifest and fragments again)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +39,13 @@ from shardvol.errors import (
     InvalidKeyError,
     MissingChunkError,
     UnsupportedCodecError,
+    VersionChangedError,
 )
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore
 from shardvol.kvstore.base import io_pool
 from shardvol.kvstore.cas import redo_on_conflict, write_if
+from shardvol.kvstore.shards import ATTEMPTS, conflict
 from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
 from shardvol.precomputed.multires_mesh import (
@@ -410,45 +412,66 @@ class Meshes:
 
     # -- multi-resolution ------------------------------------------------------------------
 
-    def _locate(self, keys: list[int]) -> dict[int, tuple[Manifest, str, int]]:
-        """(manifest, the file holding its fragment data, where that data starts) by label."""
-        out = {}
+    def _locate(self, keys: list[int]) -> dict[int, tuple[Manifest, str, int, Hashable | None]]:
+        """(manifest, the file holding its fragment data, where that data starts, the
+        file's version: None if unchecked) by label."""
+        out: dict[int, tuple[Manifest, str, int, Hashable | None]] = {}
         if self._reader is None:
             for k, raw in zip(keys, self.kv.get_many([f"{k}.index" for k in keys])):
                 if raw is None:
                     raise MissingChunkError(f"{self.source}: no mesh for label {k} ({k}.index "
                                             "is missing)")
                 out[k] = (Manifest.decode(raw, f"{self.source}/{k}.index (mesh of label {k})"),
-                          str(k), 0)
+                          str(k), 0, None)
             return out
-        where = self._reader.exists(np.array(keys, dtype=np.uint64), return_byte_range=True)
-        absent = [k for k in keys if where[k] is None]
+        where = self._reader.locate(keys)
+        absent = [k for k in keys if k not in where]
         if absent:
             raise MissingChunkError(f"{self.source}: no mesh for label(s) {absent[:10]}")
-        values = self._reader.get_data_many(keys)
-        for k in keys:
-            file, start, _ = where[k]
+        # the manifests read at the versions their shard indexes were read at
+        stored = self.kv.get_many_if(
+            [(where[k][0], (where[k][1], where[k][1] + where[k][2])) for k in keys],
+            {file: version for file, _, _, version in where.values()})
+        for k, raw in zip(keys, stored):
+            file, start, _, version = where[k]
             name = f"{self.source}/{file} (mesh of label {k})"
-            manifest = Manifest.decode(values[k], name)
-            out[k] = (manifest, file, data_start(start, manifest, name))
+            if raw is None:
+                raise VersionChangedError(f"{name} is gone", file)
+            manifest = Manifest.decode(self._reader.decode_value(raw, name), name)
+            out[k] = (manifest, file, data_start(start, manifest, name), version)
         return out
 
     def _multires_many(self, keys: list[int], lod: int
                        ) -> dict[int, list[tuple[tuple[int, int, int], Mesh]]]:
+        """The fragments of ``lod`` of each label: its manifest and fragment data read at
+        one version of its shard (read again if the shard is replaced meanwhile)."""
+        for _ in range(ATTEMPTS):
+            try:
+                return self._multires_once(keys, lod)
+            except VersionChangedError:
+                if self._reader is None:
+                    raise
+                self._reader.invalidate()
+        raise conflict(f"{self.source}: the shards of the meshes of labels {keys[:10]}")
+
+    def _multires_once(self, keys: list[int], lod: int
+                       ) -> dict[int, list[tuple[tuple[int, int, int], Mesh]]]:
         assert self.multires is not None
         located = self._locate(keys)
         requests = []
-        for k, (manifest, file, begin) in located.items():
+        versions: dict[str, Hashable | None] = {}
+        for k, (manifest, file, begin, version) in located.items():
             if not 0 <= lod < manifest.num_lods:
                 raise InvalidArgumentError(f"{self.source}: mesh of label {k} has LODs 0 to "
                                            f"{manifest.num_lods - 1}, not {lod}")
             a, b = manifest.lod_range(lod)
             requests.append((file, (begin + a, begin + b)))
-        blobs = self._read_ranges(requests, keys)
+            versions[file] = version
+        blobs = self._read_ranges(requests, keys, versions)
         bits, matrix = self.multires.vertex_quantization_bits, self.multires.matrix
         out = {}
         for k, blob in zip(keys, blobs):
-            manifest, file, _ = located[k]
+            manifest, file, _, _ = located[k]
             frags = []
             for pos, (a, b) in zip(manifest.positions[lod], fragment_ranges(manifest, lod)):
                 if a == b:
@@ -461,18 +484,19 @@ class Meshes:
             out[k] = frags
         return out
 
-    def _read_ranges(self, requests: list[tuple[str, tuple[int, int]]],
-                     keys: list[int]) -> list[memoryview]:
-        """The byte ranges (empty ones without a request); ChunkDecodeError naming the label
-        whose fragment data is missing or shorter than its manifest says."""
+    def _read_ranges(self, requests: list[tuple[str, tuple[int, int]]], keys: list[int],
+                     versions: dict[str, Hashable | None]) -> list[memoryview]:
+        """The byte ranges (empty ones without a request), of the files at ``versions``;
+        ChunkDecodeError naming the label whose fragment data is missing or shorter than its
+        manifest says."""
         asked = [i for i, (_, (a, b)) in enumerate(requests) if b > a]
         try:
-            got = list(self.kv.get_many([requests[i] for i in asked]))
+            got = list(self.kv.get_many_if([requests[i] for i in asked], versions))
         except ByteRangeError:
             got = []
             for i in asked:
                 try:
-                    got.append(self.kv.get(*requests[i]))
+                    got += self.kv.get_many_if([requests[i]], versions)
                 except ByteRangeError as e:
                     raise ChunkDecodeError(f"{self.source}: fragment data of label {keys[i]} "
                                            f"is shorter than its manifest says ({e})") from None

@@ -390,6 +390,17 @@ class ShardReader:
             out[k] = (loc.files[f], start, size) if return_byte_range else loc.files[f]
         return out[int(arr[0])] if one else out
 
+    def locate(self, keys: Any) -> dict[int, tuple[str, int, int, Hashable | None]]:
+        """Where the present keys' stored values are: ``(file, start, size, version)``, the
+        version being the file's when its index was read.  For reads of those bytes (or
+        of bytes beside them) checked against it (``KVStore.get_many_if``): after a
+        VersionChangedError, :meth:`invalidate` and locate again."""
+        arr = as_keys(keys)
+        loc = retrying(lambda: self._locate(arr, reading=True),
+                       lambda e: self._drop_changed(arr, e), self._what(arr))
+        return {k: (loc.files[f], start, size, loc.versions[f]) for k, f, start, size in zip(
+            loc.keys.tolist(), loc.file.tolist(), loc.starts.tolist(), loc.sizes.tolist())}
+
     def list_labels(self, filename: str) -> np.ndarray:
         """Every key stored in shard file ``filename``, ascending (uint64)."""
 
