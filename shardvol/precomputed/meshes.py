@@ -49,7 +49,6 @@ from shardvol.kvstore.shards import ATTEMPTS, conflict
 from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
 from shardvol.precomputed.multires_mesh import (
-    IDENTITY_TRANSFORM,
     MULTIRES_TYPE,
     Manifest,
     MultiresInfo,
@@ -58,9 +57,9 @@ from shardvol.precomputed.multires_mesh import (
     decode_fragment,
     encode_mesh,
     fragment_ranges,
-    invert_transform,
     to_model,
 )
+from shardvol.precomputed.transform import IDENTITY, invert
 from shardvol.sharding import ShardingSpec, ShardReader
 from shardvol.sharding.format import ShardScan, decode_values
 from shardvol.sharding.reader import fetch_shard, obsolete_names
@@ -204,7 +203,7 @@ class Meshes:
         if multires:
             spec = sharding.to_dict() if isinstance(sharding, ShardingSpec) else sharding
             info = {"@type": MULTIRES_TYPE, "vertex_quantization_bits": vertex_quantization_bits,
-                    "transform": list(IDENTITY_TRANSFORM if transform is None else transform),
+                    "transform": list(IDENTITY if transform is None else transform),
                     "lod_scale_multiplier": lod_scale_multiplier}
             if spec is not None:
                 info["sharding"] = spec
@@ -212,7 +211,8 @@ class Meshes:
                 parsed = MultiresInfo.from_dict(info, "mesh info")
             except InfoError as e:
                 raise InvalidArgumentError(str(e)) from None
-            invert_transform(parsed.matrix)
+            invert(parsed.matrix, f"mesh transform {list(parsed.transform)}",
+                   InvalidArgumentError)
             info = parsed.to_dict()
         else:
             if sharding is not None:

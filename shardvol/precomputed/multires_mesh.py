@@ -30,6 +30,7 @@ from shardvol.errors import (
     UnsupportedCodecError,
 )
 from shardvol.jsondoc import finite_number
+from shardvol.precomputed.transform import apply, invert
 from shardvol.sharding import ShardingSpec
 from shardvol.sharding.format import assemble_shard as assemble_shard_file
 from shardvol.sharding.format import encode_values, sort_entries
@@ -41,7 +42,6 @@ MAX_NODES_PER_AXIS = 4096
 #: Levels of detail a manifest may have (LOD k's nodes are 2**k chunks wide: beyond this
 #: their size overflows float32).
 MAX_LODS = 64
-IDENTITY_TRANSFORM = (1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 _F32 = np.dtype("<f4")
 _U32 = np.dtype("<u4")
 
@@ -198,9 +198,7 @@ def to_model(points: np.ndarray, manifest: Manifest, lod: int, position: np.ndar
     local = points / np.float32(2**bits - 1)
     stored = (manifest.grid_origin + manifest.vertex_offsets[lod]) + scale * (
         position.astype(np.float64) + local)
-    if np.array_equal(matrix, np.eye(3, 4)):
-        return stored
-    return np.matmul(matrix, np.hstack([stored, np.ones((len(stored), 1))]).T).T
+    return stored if np.array_equal(matrix, np.eye(3, 4)) else apply(matrix, stored)
 
 
 def fragment_ranges(manifest: Manifest, lod: int) -> list[tuple[int, int]]:
@@ -222,10 +220,10 @@ def encode_mesh(lods: list[Arrays], bits: int, matrix: np.ndarray,
     ``lod_scales``: default ``2**lod``.
     """
     draco = _dracopy()
-    inverse = invert_transform(matrix)
+    inverse = invert(matrix, f"mesh transform {matrix.ravel().tolist()}", InvalidArgumentError)
     if not all(np.isfinite(v).all() for v, _ in lods):
         raise InvalidArgumentError("mesh vertices must be finite numbers")
-    stored = [(_apply(inverse, v), f) for v, f in lods]
+    stored = [(apply(inverse, v), f) for v, f in lods]
     origin, chunk = _grid(stored, chunk_shape)
     extent = np.max([v[f.ravel()].max(axis=0) for v, f in stored if len(f)], axis=0) - origin
     if (np.ceil(extent / chunk.astype(np.float64)) > MAX_NODES_PER_AXIS).any():
@@ -287,18 +285,6 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     unique, inverse = np.unique(keys, return_inverse=True)
     mask = (1 << 21) - 1
     return np.stack([unique >> 42, (unique >> 21) & mask, unique & mask], 1), inverse.ravel()
-
-
-def invert_transform(matrix: np.ndarray) -> np.ndarray:
-    """The (3, 4) inverse of a (3, 4) affine transform; InvalidArgumentError if singular."""
-    full = np.vstack([matrix, [0.0, 0.0, 0.0, 1.0]])
-    if abs(np.linalg.det(full)) < 1e-12 * max(1.0, float(np.abs(full).max()) ** 3):
-        raise InvalidArgumentError(f"mesh transform {matrix.ravel().tolist()} is not invertible")
-    return np.linalg.inv(full)[:3]
-
-
-def _apply(matrix: np.ndarray, vertices: np.ndarray) -> np.ndarray:
-    return vertices.astype(np.float64) @ matrix[:, :3].T + matrix[:, 3]
 
 
 def _grid(stored: list[Arrays], chunk_shape: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

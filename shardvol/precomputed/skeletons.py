@@ -39,13 +39,13 @@ from shardvol.kvstore.base import check_key, io_pool
 from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
 from shardvol.precomputed.segment_properties import SegmentProperties, read_segment_properties
+from shardvol.precomputed.transform import IDENTITY, apply, invert
 from shardvol.sharding import ShardingSpec, ShardReader, update_shard
 from shardvol.sharding.reader import obsolete_names, shard_files
 
 SKELETONS_TYPE = "neuroglancer_skeletons"
 INFO_KEY = "info"
 DATA_TYPES = ("float32", "int8", "uint8", "int16", "uint16", "int32", "uint32")
-IDENTITY = (1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 DEFAULT_ATTRIBUTES = ({"id": "radius", "data_type": "float32", "num_components": 1},)
 #: A CloudVolume skeleton file compressed whole (``LABEL.gz``, ...) decoding to more bytes
 #: than this is corrupt.
@@ -136,7 +136,8 @@ class Skeleton:
         vertices = np.asarray(obj.vertices)
         transform = getattr(obj, "transform", None)
         if getattr(obj, "space", "physical") == "voxel" and transform is not None:
-            vertices = _apply(np.asarray(transform, dtype=np.float64).reshape(3, 4), vertices)
+            matrix = np.asarray(transform, dtype=np.float64).reshape(3, 4)
+            vertices = apply(matrix, vertices).astype(np.float32)
         declared = [a["id"] for a in getattr(obj, "extra_attributes", None) or ()]
         names = declared if attributes is None else list(attributes)
         taken = {}
@@ -300,7 +301,7 @@ class Skeletons:
         if segment_properties is not None:
             doc["segment_properties"] = segment_properties
         info = SkeletonInfo.from_dict(doc, f"{kv.url}/{INFO_KEY}")
-        _inverse(info.matrix, f"{kv.url}/{INFO_KEY}")
+        invert(info.matrix, f"{kv.url}/{INFO_KEY}: the info's transform", InfoError)
         with kv.lock(INFO_KEY):
             if kv.get(INFO_KEY) is not None:
                 if not overwrite:
@@ -409,7 +410,8 @@ def encode_skeleton(skel: Skeleton, info: SkeletonInfo, where: str) -> bytes:
                                    f"vertex_attributes {sorted(declared)}")
     vertices = skel.vertices
     if info.transform != IDENTITY:
-        vertices = _apply(_inverse(info.matrix, where), vertices)
+        inverse = invert(info.matrix, f"{where}: the info's transform", InfoError)
+        vertices = apply(inverse, vertices).astype(np.float32)
     parts = [_HEADER.pack(n, m), vertices.astype("<f4").tobytes(),
              skel.edges.astype("<u4").tobytes()]
     parts.extend(_attribute_bytes(skel, a, n, where) for a in info.vertex_attributes)
@@ -457,7 +459,7 @@ def decode_skeleton(data: bytes | memoryview, info: SkeletonInfo, where: str) ->
         raise ChunkDecodeError(f"{where}: edge {bad} {edges[bad].tolist()} refers to a "
                                f"vertex past the {n} it has")
     vertices = (stored.astype(np.float32) if info.transform == IDENTITY
-                else _apply(info.matrix, stored))
+                else apply(info.matrix, stored).astype(np.float32))
     attributes = {}
     offset = geometry
     for a, nbytes in zip(info.vertex_attributes, attr_bytes):
@@ -526,23 +528,6 @@ def _is_directory_name(name: Any) -> bool:
     except InvalidKeyError:
         return False
     return True
-
-
-def _apply(matrix: np.ndarray, vertices: np.ndarray) -> np.ndarray:
-    """``matrix`` (3, 4) applied to (N, 3) points, in float64, as float32."""
-    out = np.asarray(vertices, dtype=np.float64) @ matrix[:, :3].T + matrix[:, 3]
-    return out.astype(np.float32)
-
-
-def _inverse(matrix: np.ndarray, where: str) -> np.ndarray:
-    """The (3, 4) inverse of an affine (3, 4) transform."""
-    try:
-        inv = np.linalg.inv(matrix[:, :3])
-    except np.linalg.LinAlgError:
-        inv = np.full((3, 3), np.nan)
-    if not np.isfinite(inv).all():
-        raise InfoError(f"{where}: the info's transform is not invertible")
-    return np.concatenate([inv, -(inv @ matrix[:, 3])[:, None]], axis=1)
 
 
 def _label(label: object) -> int:
