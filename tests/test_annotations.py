@@ -444,6 +444,10 @@ def test_index_keys_relative_to_the_info(written):
     store.set("info", json.dumps(doc).encode())
     with pytest.raises(InfoError, match="climbs above"):
         Annotations(store)
+    doc["by_id"]["key"] = "../../other-bucket/x"  # (the bucket is the root: not left)
+    store.set("info", json.dumps(doc).encode())
+    with pytest.raises(InfoError, match="climbs above"):
+        Annotations(store)
 
 
 def test_no_info_and_not_json(tmp_path):

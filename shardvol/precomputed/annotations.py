@@ -100,14 +100,25 @@ class AnnotationColumns:
 
 def _view(store: KVStore, key: str, where: str) -> KVStore:
     """The store of an index ``key``, relative to the collection's directory (``..`` climbs
-    out of it through the store's URL)."""
+    out of it through the store's URL, never above its root: ``/`` of local files, the
+    bucket or host of the other schemes)."""
     inside = posixpath.normpath(key.strip("/"))
     if inside != ".." and not inside.startswith("../"):
         return store if inside == "." else PrefixStore(store, inside)
     scheme, _, path = store.url.rpartition("://")
-    target = posixpath.normpath(posixpath.join(path, key))
-    if target.startswith("..") or target in (".", "/"):
-        raise InfoError(f"{where}: key {key!r} climbs above the root of {store.url}")
+    local = scheme in ("", "file")
+    root, _, rest = ("", "", path) if local else path.partition("/")
+    parts = [p for p in rest.split("/") if p not in ("", ".")]
+    for segment in key.split("/"):
+        if segment == "..":
+            if not parts:
+                raise InfoError(f"{where}: key {key!r} climbs above the root of {store.url}")
+            parts.pop()
+        elif segment not in ("", "."):
+            parts.append(segment)
+    if not parts:
+        raise InfoError(f"{where}: key {key!r} climbs to the root of {store.url}")
+    target = "/" + "/".join(parts) if local else f"{root}/{'/'.join(parts)}"
     return open_store(f"{scheme}://{target}" if scheme else target)
 
 
