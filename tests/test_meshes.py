@@ -452,10 +452,10 @@ def test_corrupt_multires(sharding):
             kv.set("4", data)
             kv.set("4.index", manifest)
         else:
-            from shardvol.precomputed.multires_mesh import assemble_shard
+            from shardvol.sharding import update_shard
 
-            kv.set(spec.filename(4), assemble_shard(spec, {4: (data, manifest)}))
-            meshes._reader.invalidate()
+            kv.delete(spec.filename(4))
+            update_shard(kv, spec, {4: manifest}, reader=meshes._reader, prefixes={4: data})
 
     store(data, raw[:20])
     with pytest.raises(ChunkDecodeError, match=r"label 4.*shorter than its 28-byte header"):

@@ -44,7 +44,6 @@ from shardvol.errors import (
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore
 from shardvol.kvstore.base import io_pool
-from shardvol.kvstore.cas import redo_on_conflict, write_if
 from shardvol.kvstore.shards import ATTEMPTS, conflict
 from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
@@ -52,7 +51,6 @@ from shardvol.precomputed.multires_mesh import (
     MULTIRES_TYPE,
     Manifest,
     MultiresInfo,
-    assemble_shard,
     data_start,
     decode_fragment,
     encode_mesh,
@@ -60,9 +58,8 @@ from shardvol.precomputed.multires_mesh import (
     to_model,
 )
 from shardvol.precomputed.transform import IDENTITY, invert
-from shardvol.sharding import ShardingSpec, ShardReader
-from shardvol.sharding.format import ShardScan, decode_values
-from shardvol.sharding.reader import fetch_shard, obsolete_names
+from shardvol.sharding import ShardingSpec, ShardReader, update_shard
+from shardvol.sharding.format import decode_values
 from shardvol.sharding.spec import as_keys
 
 LEGACY_TYPE = "neuroglancer_legacy_mesh"
@@ -512,50 +509,16 @@ class Meshes:
         """Read-modify-write of the shards holding ``puts`` (label: (fragment data, manifest))
         and ``gone``, keeping the other labels' fragment data."""
         assert self._reader is not None
-        spec, kv = self._reader.spec, self.kv
-        labels = sorted({*puts, *gone})
-        shards, _ = spec.shard_and_minishard(np.array(labels, dtype=np.uint64))
-        for shard in sorted(set(shards.tolist())):
-            mine = [k for k, s in zip(labels, shards.tolist()) if s == shard]
-            fn = spec.shard_filename(shard)
-
-            def attempt(fn: str = fn, mine: list[int] = mine) -> None:
-                blob, obsolete, version = fetch_shard(kv, spec, fn, kv.conditional_writes)
-                entries = {} if blob is None else self._shard_entries(blob, fn)
-                for k in mine:
-                    entries.pop(k, None)
-                    if k in puts:
-                        entries[k] = puts[k]
-                data = assemble_shard(spec, entries) if entries else None
-                if kv.conditional_writes:
-                    write_if(kv, fn, data, version)
-                elif data is None:
-                    kv.delete(fn)
-                else:
-                    kv.set(fn, data)
-                if obsolete or data is None:
-                    for name in obsolete_names(fn):
-                        kv.delete(name)
-
-            with kv.write_lock(fn):
-                if kv.conditional_writes:
-                    redo_on_conflict(attempt, kv.conflict_timeout, f"{kv.url}/{fn}")
-                else:
-                    attempt()
-            self._reader.invalidate(fn)
-
-    def _shard_entries(self, blob: bytes | memoryview, fn: str) -> dict[int, tuple[bytes, bytes]]:
-        assert self._reader is not None
         spec = self._reader.spec
-        view = memoryview(blob).cast("B")
-        keys, _, starts, ends = ShardScan(spec, fn, len(view)).scan(view)
-        out = {}
-        for k, a, b in zip(keys.tolist(), starts.tolist(), ends.tolist()):
-            name = f"{self.source}/{fn} (mesh of label {k})"
-            (raw,) = decode_values(spec, [view[a:b]], functools.partial(_same, name))
-            manifest = Manifest.decode(raw, name)
-            out[k] = (bytes(view[data_start(a, manifest, name):a]), bytes(raw))
-        return out
+
+        def fragment_start(label: int, stored: memoryview, start: int, fn: str) -> int:
+            name = f"{self.source}/{fn} (mesh of label {label})"
+            (raw,) = decode_values(spec, [stored], functools.partial(_same, name))
+            return data_start(start, Manifest.decode(raw, name), name)
+
+        update_shard(self.kv, spec, {k: manifest for k, (_, manifest) in puts.items()}, gone,
+                     self._reader, prefixes={k: data for k, (data, _) in puts.items()},
+                     prefix_start=fragment_start)
 
 
 def _same(name: str, _: int) -> str:

@@ -32,8 +32,6 @@ from shardvol.errors import (
 from shardvol.jsondoc import finite_number
 from shardvol.precomputed.transform import apply, invert
 from shardvol.sharding import ShardingSpec
-from shardvol.sharding.format import assemble_shard as assemble_shard_file
-from shardvol.sharding.format import encode_values, sort_entries
 
 MULTIRES_TYPE = "neuroglancer_multilod_draco"
 #: Fragments along an axis at LOD 0 a write may cut a mesh into (each grid plane is one
@@ -377,15 +375,3 @@ def data_start(start: int, manifest: Manifest, name: str) -> int:
         raise ChunkDecodeError(f"{name}: manifest lists {manifest.data_size} bytes of fragments "
                                f"but is stored {start} bytes into its shard file")
     return begin
-
-
-def assemble_shard(spec: ShardingSpec, entries: dict[int, tuple[bytes, bytes]]) -> bytes:
-    """One shard file of ``{key: (fragment data, manifest)}`` (all of one shard): each
-    manifest is the key's value (in the data encoding), its fragment data stored raw just
-    before it, outside the value (the multi-resolution mesh layout)."""
-    keys = np.array(sorted(entries), dtype=np.uint64)
-    order, _, minishards = sort_entries(spec, keys)
-    keys = keys[order]
-    manifests = encode_values(spec, [entries[k][1] for k in keys.tolist()])
-    return assemble_shard_file(spec, keys, minishards, manifests,
-                               [entries[k][0] for k in keys.tolist()])

@@ -199,8 +199,8 @@ def sort_entries(spec: ShardingSpec, keys: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def assemble_shard(
-    spec: ShardingSpec, keys: np.ndarray, minishards: np.ndarray, blobs: list[bytes],
-    prefixes: list[bytes] | None = None,
+    spec: ShardingSpec, keys: np.ndarray, minishards: np.ndarray,
+    blobs: Sequence[bytes | memoryview], prefixes: Sequence[bytes | memoryview] | None = None,
 ) -> bytes:
     """One shard file from encoded ``blobs``; keys sorted by (minishard, key), unique.
     ``prefixes``: bytes stored just before each blob, outside its indexed range (the

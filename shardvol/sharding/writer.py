@@ -9,11 +9,16 @@ writer changed the shard since it was read (see :mod:`shardvol.kvstore.cas`).  A
 ``reader`` passed to these functions has its cached indexes of the rewritten files
 invalidated.  ``level``: the gzip level of values written with gzip data encoding
 (values kept from a shard are not re-encoded).
+
+Prefixes: a value may carry bytes stored just before it, outside its indexed range (the
+multi-resolution mesh layout keeps a label's fragment data there).  ``update_shard`` keeps
+the prefixes of the entries it does not touch when it is told where they start
+(``prefix_start``) and writes those of ``prefixes`` before the values it puts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from itertools import pairwise
 from typing import NamedTuple
 
@@ -25,10 +30,10 @@ from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.base import io_pool
 from shardvol.kvstore.cas import redo_on_conflict, write_if
 from shardvol.sharding.format import (
+    ShardScan,
     assemble_shard,
     encode_values,
     run_bounds,
-    shard_entries,
     sort_entries,
 )
 from shardvol.sharding.reader import ShardReader, fetch_shard, obsolete_names
@@ -75,6 +80,11 @@ def write_shards(
     return sorted(files)
 
 
+#: Where the prefix of a stored entry starts: ``(key, its stored value, the value's start
+#: in the shard file, the file's name)`` -> a position at or before that start.
+PrefixStart = Callable[[int, memoryview, int, str], int]
+
+
 def update_shard(
     store: KVStore | str,
     spec: ShardingSpec,
@@ -82,6 +92,8 @@ def update_shard(
     delete: Iterable[int] = (),
     reader: ShardReader | None = None,
     level: int = DEFAULT_LEVEL,
+    prefixes: Mapping[int, bytes] | None = None,
+    prefix_start: PrefixStart | None = None,
 ) -> list[str]:
     """Store ``put`` and remove ``delete`` (applied first) in the existing shard files.
 
@@ -104,8 +116,8 @@ def update_shard(
         gone = del_keys[del_shard == shard].tolist()
 
         def attempt(shard: int = shard, puts: dict = puts, gone: list = gone) -> None:
-            current = read_entries(store, spec, shard, versioned=store.conditional_writes)
-            _rewrite(store, spec, shard, puts, gone, current)
+            current = read_entries(store, spec, shard, store.conditional_writes, prefix_start)
+            _rewrite(store, spec, shard, puts, gone, current, prefixes)
 
         with store.write_lock(fn):
             if store.conditional_writes:
@@ -128,23 +140,35 @@ class ShardEntries(NamedTuple):
     obsolete: bool
     version: Hashable | None = None
     checked: bool = False
+    prefixes: dict[int, bytes | memoryview] | None = None  # (read with prefix_start)
 
 
-def read_entries(store: KVStore, spec: ShardingSpec, shard: int,
-                 versioned: bool = False) -> ShardEntries:
+def read_entries(store: KVStore, spec: ShardingSpec, shard: int, versioned: bool = False,
+                 prefix_start: PrefixStart | None = None) -> ShardEntries:
     """The entries of one shard file (none if it does not exist), checked to belong there;
     ``versioned``: with the file's version, for a compare-and-swap rewrite (stores with
-    conditional writes)."""
+    conditional writes); ``prefix_start``: with each entry's prefix."""
     fn = spec.shard_filename(shard)
     blob, obsolete, version = fetch_shard(store, spec, fn, versioned)
     if blob is None:
-        return ShardEntries({}, False, None, versioned)
-    keys, _, views = shard_entries(spec, blob, fn)
+        return ShardEntries({}, False, None, versioned, {} if prefix_start else None)
+    whole = memoryview(blob).cast("B")
+    keys, _, starts, ends = ShardScan(spec, fn, len(whole)).scan(whole)
     home, _ = spec.shard_and_minishard(keys)
     if (home != np.uint64(shard)).any():
         k = int(keys[np.argmax(home != np.uint64(shard))])
         raise ShardFormatError(f"{fn}: key {k} belongs in {spec.filename(k)}")
-    return ShardEntries(dict(zip(keys.tolist(), views)), obsolete, version, versioned)
+    entries: dict[int, bytes | memoryview] = {}
+    found: dict[int, bytes | memoryview] | None = None if prefix_start is None else {}
+    for k, a, b in zip(keys.tolist(), starts.tolist(), ends.tolist()):
+        entries[k] = whole[a:b]
+        if found is not None and prefix_start is not None:
+            begin = prefix_start(k, whole[a:b], a, fn)
+            if not spec.index_length <= begin <= a:
+                raise ShardFormatError(f"{fn}: the prefix of key {k} starts at byte {begin}, "
+                                       "outside the file's data before it")
+            found[k] = whole[begin:a]
+    return ShardEntries(entries, obsolete, version, versioned, found)
 
 
 def rewrite_shard(
@@ -175,20 +199,27 @@ def _rewrite(
     put: dict[int, bytes],
     delete: list[int],
     current: ShardEntries | None = None,
+    put_prefixes: Mapping[int, bytes] | None = None,
 ) -> None:
     """One shard's read-modify-write (the caller holds the lock); put values are encoded."""
     fn = spec.shard_filename(shard)
     if current is None:
         current = read_entries(store, spec, shard)
     entries = dict(current.entries)
+    prefixes: dict[int, bytes | memoryview] = dict(current.prefixes or {})
     for k in delete:
         entries.pop(k, None)
+        prefixes.pop(k, None)
     entries.update(put)
+    prefixes.update({k: (put_prefixes or {}).get(k, b"") for k in put})
     if entries:
         keys = as_keys(list(entries))
         values = list(entries.values())
         order, _, minishards = sort_entries(spec, keys)
-        data = assemble_shard(spec, keys[order], minishards, [values[i] for i in order.tolist()])
+        ordered = keys[order].tolist()
+        data = assemble_shard(spec, keys[order], minishards, [values[i] for i in order.tolist()],
+                              [prefixes.get(k, b"") for k in ordered]
+                              if any(prefixes.values()) else None)
         if current.checked:
             write_if(store, fn, data, current.version)
         else:
