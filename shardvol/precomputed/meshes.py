@@ -39,12 +39,11 @@ from shardvol.errors import (
     InvalidKeyError,
     MissingChunkError,
     UnsupportedCodecError,
-    VersionChangedError,
 )
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore
 from shardvol.kvstore.base import io_pool
-from shardvol.kvstore.shards import ATTEMPTS, conflict
+from shardvol.kvstore.shards import ATTEMPTS, RangeReader, Stale, conflict
 from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
 from shardvol.precomputed.multires_mesh import (
@@ -426,14 +425,12 @@ class Meshes:
         if absent:
             raise MissingChunkError(f"{self.source}: no mesh for label(s) {absent[:10]}")
         # the manifests read at the versions their shard indexes were read at
-        stored = self.kv.get_many_if(
-            [(where[k][0], (where[k][1], where[k][1] + where[k][2])) for k in keys],
+        stored = self._read_spans(
+            [(where[k][0], where[k][1], where[k][1] + where[k][2]) for k in keys],
             {file: version for file, _, _, version in where.values()})
         for k, raw in zip(keys, stored):
             file, start, _, version = where[k]
             name = f"{self.source}/{file} (mesh of label {k})"
-            if raw is None:
-                raise VersionChangedError(f"{name} is gone", file)
             manifest = Manifest.decode(self._reader.decode_value(raw, name), name)
             out[k] = (manifest, file, data_start(start, manifest, name), version)
         return out
@@ -445,9 +442,8 @@ class Meshes:
         for _ in range(ATTEMPTS):
             try:
                 return self._multires_once(keys, lod)
-            except VersionChangedError:
-                if self._reader is None:
-                    raise
+            except Stale:
+                assert self._reader is not None  # (only sharded reads are versioned)
                 self._reader.invalidate()
         raise conflict(f"{self.source}: the shards of the meshes of labels {keys[:10]}")
 
@@ -464,7 +460,8 @@ class Meshes:
             a, b = manifest.lod_range(lod)
             requests.append((file, (begin + a, begin + b)))
             versions[file] = version
-        blobs = self._read_ranges(requests, keys, versions)
+        blobs = (self._read_ranges(requests, keys) if self._reader is None else
+                 self._read_spans([(f, a, b) for f, (a, b) in requests], versions))
         bits, matrix = self.multires.vertex_quantization_bits, self.multires.matrix
         out = {}
         for k, blob in zip(keys, blobs):
@@ -481,19 +478,31 @@ class Meshes:
             out[k] = frags
         return out
 
-    def _read_ranges(self, requests: list[tuple[str, tuple[int, int]]], keys: list[int],
-                     versions: dict[str, Hashable | None]) -> list[memoryview]:
-        """The byte ranges (empty ones without a request), of the files at ``versions``;
+    def _read_spans(self, spans: list[tuple[str, int, int]],
+                    versions: dict[str, Hashable | None]) -> list[memoryview]:
+        """The ``(file, start, stop)`` spans of shard files, coalesced, each file read at
+        ``versions[file]`` (else Stale); a span past a file's end is a ShardFormatError."""
+        assert self._reader is not None
+        reader = RangeReader(self.kv, self._reader.coalesce_gap, self._reader.max_read)
+        out = [memoryview(b"")] * len(spans)
+        asked = [i for i, (_, a, b) in enumerate(spans) if b > a]
+        for j, blob in reader.read([spans[i] for i in asked], versions):
+            out[asked[j]] = memoryview(blob).cast("B")
+        return out
+
+    def _read_ranges(self, requests: list[tuple[str, tuple[int, int]]],
+                     keys: list[int]) -> list[memoryview]:
+        """The byte ranges of unsharded files (empty ones without a request);
         ChunkDecodeError naming the label whose fragment data is missing or shorter than its
         manifest says."""
         asked = [i for i, (_, (a, b)) in enumerate(requests) if b > a]
         try:
-            got = list(self.kv.get_many_if([requests[i] for i in asked], versions))
+            got = list(self.kv.get_many([requests[i] for i in asked]))
         except ByteRangeError:
             got = []
             for i in asked:
                 try:
-                    got += self.kv.get_many_if([requests[i]], versions)
+                    got.append(self.kv.get(*requests[i]))
                 except ByteRangeError as e:
                     raise ChunkDecodeError(f"{self.source}: fragment data of label {keys[i]} "
                                            f"is shorter than its manifest says ({e})") from None
