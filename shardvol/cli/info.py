@@ -51,9 +51,10 @@ def describe(url: str, count: bool = True) -> dict[str, Any]:
     at ``url``."""
     fmt, rest = split_format(url)  # (a precomputed:// or zarr3:// prefix names the format)
     kv = open_store(rest)
-    if fmt in (None, "precomputed") and _is_annotations(kv):
+    info = kv.get(INFO_KEY) if fmt in (None, "precomputed") else None
+    if info is not None and _is_annotations(info, kv.url):
         return _describe_annotations(kv, count)
-    if fmt in (None, "precomputed") and kv.exists(INFO_KEY):
+    if info is not None:
         target, _ = follow(kv)  # (an info file that redirects stands for another volume)
         desc = _with_job(target, _describe_precomputed(target, count))
         if target.url != kv.url:
@@ -67,11 +68,9 @@ def describe(url: str, count: bool = True) -> dict[str, Any]:
     raise InfoError(f"no volume at {kv.url}: {wanted}")
 
 
-def _is_annotations(kv: KVStore) -> bool:
-    raw = kv.get(INFO_KEY)
-    if raw is None:
-        return False
-    doc = load_json(raw, f"{kv.url}/{INFO_KEY}")
+def _is_annotations(info: bytes | memoryview, url: str) -> bool:
+    """Whether the ``info`` at ``url`` is an annotation collection's."""
+    doc = load_json(info, f"{url}/{INFO_KEY}")
     return isinstance(doc, dict) and doc.get("@type") == ANNOTATIONS_TYPE
 
 

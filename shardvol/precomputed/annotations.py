@@ -50,10 +50,10 @@ from shardvol.precomputed.annotation_index import (
     record_dtype,
 )
 from shardvol.precomputed.file_copies import read_files, without_suffix
+from shardvol.precomputed.info_file import INFO_KEY
 from shardvol.sharding import ShardingSpec, ShardReader, write_shards
 from shardvol.sharding.spec import as_keys
 
-INFO_KEY = "info"
 DEFAULT_LIMIT = 1000
 #: automatic spatial levels stop refining at this many levels or cells a level
 MAX_AUTO_LEVELS = 32

@@ -46,6 +46,7 @@ from shardvol.kvstore.base import io_pool
 from shardvol.kvstore.shards import ATTEMPTS, RangeReader, Stale, conflict
 from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
+from shardvol.precomputed.info_file import INFO_KEY
 from shardvol.precomputed.multires_mesh import (
     MULTIRES_TYPE,
     Manifest,
@@ -160,7 +161,7 @@ class Meshes:
     def __init__(self, kv: KVStore, source: str = "") -> None:
         self.kv = kv
         self.source = source or kv.url
-        raw = kv.get("info")
+        raw = kv.get(INFO_KEY)
         info = {"@type": LEGACY_TYPE} if raw is None else load_json(raw, f"{self.source}/info")
         if not isinstance(info, dict):
             raise InfoError(f"{self.source}/info: must be a JSON object, got "
@@ -193,7 +194,7 @@ class Meshes:
         ``overwrite``: then the directory's meshes are deleted too, as they would not read
         under the new info) and open it.  ``transform``: 12 numbers, stored model ->
         nanometres."""
-        if kv.get("info") is not None and not overwrite:
+        if kv.get(INFO_KEY) is not None and not overwrite:
             raise AlreadyExistsError(f"{kv.url}/info exists (pass overwrite=True to replace it)")
         info: dict
         if multires:
@@ -221,8 +222,8 @@ class Meshes:
                                            f"{segment_properties!r}")
             info["segment_properties"] = segment_properties
         if overwrite:
-            list(io_pool().map(kv.delete, [k for k in kv.list() if k != "info"]))
-        kv.set("info", json.dumps(info, indent=2).encode())
+            list(io_pool().map(kv.delete, [k for k in kv.list() if k != INFO_KEY]))
+        kv.set(INFO_KEY, json.dumps(info, indent=2).encode())
         return cls(kv)
 
     # -- properties ------------------------------------------------------------------------

@@ -42,11 +42,20 @@ def link_object(kv: KVStore, key: str, directory: str) -> VolumeInfo:
     return meta
 
 
-def _directory(name: Any, what: str, error: type[Exception]) -> str:
-    """``name`` as a relative directory of the volume (no ``..``, not absolute)."""
+def directory_name(name: Any) -> str | None:
+    """``name`` as a directory below the one it is named in (a relative store key: no
+    ``..``, not absolute), or None if it is none."""
     if isinstance(name, str):
         try:
             return check_key(name.strip("/"))
         except InvalidKeyError:
             pass
-    raise error(f"{what} must name a directory below the volume, got {name!r}")
+    return None
+
+
+def _directory(name: Any, what: str, error: type[Exception]) -> str:
+    """``name`` as a relative directory of the volume, else ``error`` naming ``what``."""
+    checked = directory_name(name)
+    if checked is None:
+        raise error(f"{what} must name a directory below the volume, got {name!r}")
+    return checked

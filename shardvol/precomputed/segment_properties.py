@@ -30,9 +30,9 @@ import numpy as np
 from shardvol.errors import InfoError
 from shardvol.jsondoc import finite_number, load_json
 from shardvol.kvstore import KVStore
+from shardvol.precomputed.info_file import INFO_KEY
 
 PROPERTIES_TYPE = "neuroglancer_segment_properties"
-INFO_KEY = "info"
 TYPES = ("label", "description", "string", "tags", "number")
 NUMBER_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32")
 _SINGLE = ("label", "description", "tags")  # types of which there is at most one property

@@ -30,21 +30,21 @@ from shardvol.errors import (
     ChunkDecodeError,
     InfoError,
     InvalidArgumentError,
-    InvalidKeyError,
     MissingChunkError,
 )
 from shardvol.jsondoc import finite_number, load_json, plain
 from shardvol.kvstore import KVStore, PrefixStore, open_store
-from shardvol.kvstore.base import check_key, io_pool
+from shardvol.kvstore.base import io_pool
 from shardvol.precomputed import file_copies
 from shardvol.precomputed.file_copies import delete_copies, read_files, without_suffix
+from shardvol.precomputed.info_file import INFO_KEY
+from shardvol.precomputed.objects import directory_name
 from shardvol.precomputed.segment_properties import SegmentProperties, read_segment_properties
 from shardvol.precomputed.transform import IDENTITY, apply, invert
 from shardvol.sharding import ShardingSpec, ShardReader, update_shard
 from shardvol.sharding.reader import obsolete_names, shard_files
 
 SKELETONS_TYPE = "neuroglancer_skeletons"
-INFO_KEY = "info"
 DATA_TYPES = ("float32", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 DEFAULT_ATTRIBUTES = ({"id": "radius", "data_type": "float32", "num_components": 1},)
 #: A CloudVolume skeleton file compressed whole (``LABEL.gz``, ...) decoding to more bytes
@@ -191,7 +191,7 @@ class SkeletonInfo:
                             f"{doc.get('@type')!r}")
         spec = ShardingSpec.member(doc, source)
         props = doc.get("segment_properties")
-        if props is not None and not _is_directory_name(props):
+        if props is not None and directory_name(props) is None:
             raise InfoError(f"{source}: segment_properties must be a directory name, got "
                             f"{props!r}")
         known = ("@type", "transform", "vertex_attributes", "sharding", "segment_properties")
@@ -517,17 +517,6 @@ def _plain_list(transform: Any) -> list[float]:
         raise InfoError(f"transform must be 12 numbers or a (3, 4) matrix, got shape "
                         f"{arr.shape}")
     return arr.reshape(-1).tolist()
-
-
-def _is_directory_name(name: Any) -> bool:
-    """Whether ``name`` names a directory below the skeletons' (a relative store key)."""
-    if not isinstance(name, str):
-        return False
-    try:
-        check_key(name.strip("/"))
-    except InvalidKeyError:
-        return False
-    return True
 
 
 def _label(label: object) -> int:

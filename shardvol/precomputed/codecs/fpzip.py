@@ -51,6 +51,10 @@ class FpzipCodec(FloatCodec):
         """The (x, y, z, channel) chunk as the stream holds it."""
         return array
 
+    def _stored_shape(self, shape: Shape4) -> Shape4:
+        """The shape of :meth:`_stored` of a chunk of ``shape``."""
+        return shape
+
     def _restored(self, stored: np.ndarray) -> np.ndarray:
         """The chunk of what the stream holds."""
         return stored
@@ -67,7 +71,7 @@ class FpzipCodec(FloatCodec):
         self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
     ) -> np.ndarray:
         self.encoder()  # (the worker needs it)
-        stored_shape = self._stored(np.empty(shape, dtype=np.uint8)).shape
+        stored_shape = self._stored_shape(shape)
         is_double, extents = read_header(data, where)
         if np.dtype(np.float64 if is_double else np.float32) != self.dtype or \
                 extents != stored_shape:
@@ -90,6 +94,9 @@ class KempressedCodec(FpzipCodec):
 
     def _stored(self, array: np.ndarray) -> np.ndarray:
         return np.swapaxes(array, 2, 3) + self.dtype.type(2)
+
+    def _stored_shape(self, shape: Shape4) -> Shape4:
+        return (shape[0], shape[1], shape[3], shape[2])
 
     def _restored(self, stored: np.ndarray) -> np.ndarray:
         return np.swapaxes(stored, 3, 2) - self.dtype.type(2)
