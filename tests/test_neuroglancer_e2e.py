@@ -170,9 +170,17 @@ class ServeProcess:
 ACCESS = re.compile(r'^127\.0\.0\.1 "(\w+) (\S+)"(?: Range=(\S+))? (\d{3}) (\d+)$')
 
 
+# A client that cancels a request (Neuroglancer drops fetches it no longer needs; the browser
+# quits with some in flight) ends its connection: one log line, no traceback.
+CLIENT_GONE = re.compile(r"^127\.0\.0\.1 connection ended: \[Errno (32|104)\] ")
+
+
 def parse_log(lines: list[str]) -> list[tuple[str, str, str | None, int]]:
+    """The access lines of the server's log; any other line but a client gone fails."""
     out = []
     for line in lines:
+        if CLIENT_GONE.match(line):
+            continue
         m = ACCESS.match(line)
         assert m, f"unexpected line in the server's log: {line!r}"
         out.append((m.group(1), m.group(2), m.group(3), int(m.group(4))))
