@@ -36,6 +36,7 @@ EXTENSIONS = [
     ext("downsample", "downsample.c"),
     ext("rawfile", "rawfile.c"),
     ext("transpose", "transpose.c"),
+    ext("zstdbox", "zstdbox.c", "transpose.c", libraries=("zstd",)),  # the system libzstd
     ext("_jpeg", "jpeg.c", libraries=("jpeg",)),  # the system libjpeg(-turbo)
 ]
 

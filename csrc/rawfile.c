@@ -3,6 +3,7 @@
 #include "rawfile.h"
 
 #include "copybox.h"
+#include "sv_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,22 +25,6 @@ int64_t sv_raw_span(int64_t itemsize, const int64_t shape[4], const int64_t orig
             return -1;
     }
     return last - first + itemsize; /* <= last + itemsize: the box's last byte fits int64 */
-}
-
-/* Read exactly len bytes at offset; 1 if the file ends first, -1 on error. */
-static int pread_exact(int fd, uint8_t *buf, int64_t len, int64_t offset) {
-    while (len > 0) {
-        ssize_t n = pread(fd, buf, (size_t)len, (off_t)offset);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (n == 0) return 1;
-        buf += n;
-        len -= n;
-        offset += n;
-    }
-    return 0;
 }
 
 static int box_in_chunk(int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
@@ -87,12 +72,12 @@ int sv_raw_read_box(const char *path, int64_t itemsize, const int64_t shape[4],
         status = SV_RAW_MISSING;
     } else if ((int64_t)st.st_size != expected) {
         status = SV_RAW_OTHER;
-    } else if (expected >= 2 && (r = pread_exact(fd, magic, 2, 0)) != 0) {
+    } else if (expected >= 2 && (r = sv_pread_exact(fd, magic, 2, 0)) != 0) {
         status = r > 0 ? SV_RAW_OTHER : SV_ERR_IO;  /* shrank meanwhile: read it another way */
         if (r < 0) *err_no = errno;
     } else if (magic[0] == 0x1f && magic[1] == 0x8b) {
         status = SV_RAW_OTHER;  /* gzip magic: gzipped voxels, or raw ones that look so */
-    } else if (span > 0 && (r = pread_exact(fd, scratch, span, start)) != 0) {
+    } else if (span > 0 && (r = sv_pread_exact(fd, scratch, span, start)) != 0) {
         status = r > 0 ? SV_RAW_OTHER : SV_ERR_IO;
         if (r < 0) *err_no = errno;
     }

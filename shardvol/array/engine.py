@@ -4,8 +4,9 @@ Reads: selection -> chunk parts -> batches (grouped by storage unit) -> each
 batch streamed by one ``iter_chunks`` call, in parallel threads, every chunk
 decoded as it arrives, straight into the output (only the selected box of a
 partially selected chunk, when the codec can).  Small reads are fetched in one
-go and then decoded in parallel; a ``box_reader`` (raw chunk files) takes
-what it can before either.
+go and then decoded in parallel; a ``box_reader`` (raw chunk files, zstd
+inner chunks of local Zarr shards: read, decoded and placed in C) takes what it
+can of each batch first.
 
 Writes: storage units (chunk files or shards) are written concurrently, each
 once: its fully covered chunks are encoded without reading, then it is updated

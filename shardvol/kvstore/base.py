@@ -275,6 +275,13 @@ class KVStore(ABC):
         None unless the value is a plain file."""
         return None
 
+    def open_file(self, key: str) -> tuple[int, Hashable, int] | None:
+        """For readers that read a local file themselves: a read descriptor of ``key``'s
+        file (the caller closes it), the version of that very file (as :meth:`version`
+        reports it) and its size; None if there is no such file (or the value is not a
+        plain file)."""
+        return None
+
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         """Exclusive lock on ``key`` for read-modify-write cycles.

@@ -90,6 +90,10 @@ class FileStore(KVStore):
         value = self._read_batch([(key, byte_range)], pooled=False)[0][0]
         return value  # type: ignore[return-value]  # not pooled: bytes, never a memoryview
 
+    def open_file(self, key: str) -> tuple[int, tuple[int, ...], int] | None:
+        found = self._open(key)
+        return None if found is None else (found[0], _version(found[1]), found[1].st_size)
+
     def _open(self, key: str) -> tuple[int, os.stat_result] | None:
         """A read descriptor of ``key``'s file and its status; None if there is no file."""
         path = self._path(key)

@@ -123,6 +123,9 @@ class PrefixStore(KVStore):
     def file_path(self, key: str) -> str | None:
         return self.base.file_path(self._k(key))
 
+    def open_file(self, key: str) -> tuple[int, Hashable, int] | None:
+        return self.base.open_file(self._k(key))
+
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         with self.base.lock(self._k(key)):

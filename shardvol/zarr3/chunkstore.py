@@ -265,10 +265,10 @@ class ZarrChunkStore(KVChunkStore[str]):
         else:
             stale = [k for k, v in versions.items() if k in cached or not self.kv.still_at(k, v)]
         for key in stale:
-            self._replaced(key)
+            self.shard_replaced(key)
         return bool(stale)
 
-    def _replaced(self, key: str) -> None:
+    def shard_replaced(self, key: str) -> None:
         """A read found shard ``key`` replaced by another writer."""
         self.shard_index_cache.discard(key)
         for listener in self._listeners:
@@ -363,7 +363,7 @@ class ZarrChunkStore(KVChunkStore[str]):
         if now == entry.version:  # (never None: such indexes are not cached)
             return entry
         if now is not None:
-            self._replaced(key)
+            self.shard_replaced(key)
         return None
 
     def _read_whole(self, key: str, n_wanted: int) -> bool:
@@ -467,7 +467,7 @@ class ZarrChunkStore(KVChunkStore[str]):
         try:
             write_if(self.kv, unit, value, read.version)
         except UnitChangedError:
-            self._replaced(unit)  # (another writer's shard: its cached chunks go)
+            self.shard_replaced(unit)  # (another writer's shard: its cached chunks go)
             raise
 
     def lock(self, unit: str) -> AbstractContextManager[None]:

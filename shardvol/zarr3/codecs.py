@@ -620,6 +620,12 @@ class CodecChain:
             and ab.stored_dtype(spec.dtype) == spec.dtype.newbyteorder("=")
         )
 
+    @property
+    def decodes_in_place(self) -> bool:
+        """Whether chunks decode straight into an array of the chunk's shape, C order and
+        native byte order (no array -> array codec, the stored items as they are)."""
+        return self._decode_into_out
+
     def encoded_size(self) -> int | None:
         """Exact encoded size of every chunk, or None if it varies (compression)."""
         size = self._ab.encoded_size(self._ab_spec)

@@ -1,0 +1,97 @@
+"""Boxes of zstd-compressed chunks in open files decoded straight into an output array
+(GIL released).
+
+Thin wrapper of csrc/zstdbox.h.
+"""
+import os
+
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t
+
+from shardvol._ext.csrc cimport SV_OK, SV_ERR_IO
+from shardvol._ext.csrc_zstdbox cimport (
+    SV_ZSTD_OTHER, sv_zstd_reader, sv_zstd_reader_free, sv_zstd_reader_new, sv_zstd_read_box,
+)
+from shardvol.errors import InvalidArgumentError, StoreError
+
+cnp.import_array()
+
+#: read_boxes status besides 0 (read)
+OTHER = SV_ZSTD_OTHER
+
+
+cdef class Reader:
+    """A zstd decompression context and its buffers: one per thread (not thread-safe)."""
+    cdef sv_zstd_reader *r
+
+    def __cinit__(self):
+        self.r = sv_zstd_reader_new()
+        if self.r == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        sv_zstd_reader_free(self.r)
+
+
+def read_boxes(Reader reader not None, const int64_t[:, ::1] spans, shape,
+               const int64_t[:, ::1] boxes, out, list names):
+    """Decode the box of chunk ``i`` into ``out`` for every row ``i``.
+
+    ``spans[i]``: (an open file descriptor, offset, length) of the chunk's zstd frame;
+    ``shape``: the chunks' extents (C order, at most 4 axes, as many as ``out``);
+    ``boxes[i]``: the box's origin in the chunk, its extents and its origin in ``out``
+    (a writable array of the chunks' dtype, in the host's byte order), one entry per axis
+    each; ``names[i]`` names the chunk's file in errors.  Returns an int8 array: 0 where
+    the box was read, OTHER where the span is not decoded here (``out``'s box is then the
+    caller's to fill).  Raises StoreError naming the file on an I/O error.
+    """
+    cdef Py_ssize_t n = spans.shape[0], i, d, nd
+    if not isinstance(out, np.ndarray) or not out.flags.writeable:
+        raise InvalidArgumentError("out must be a writable array")
+    nd = out.ndim
+    if nd < 1 or nd > 4 or len(shape) != nd:
+        raise InvalidArgumentError(f"shape {shape} and out ({out.ndim} axes) must have 1-4 axes")
+    if spans.shape[1] != 3 or boxes.shape[0] != n or boxes.shape[1] != 3 * nd or len(names) != n:
+        raise InvalidArgumentError(f"spans must be ({n}, 3), boxes ({n}, {3 * nd}), names {n}")
+    cdef int64_t itemsize = out.dtype.itemsize
+    cdef int64_t cshape[4]
+    cdef int64_t strides[4]
+    cdef int64_t extent[4]
+    cdef int64_t origin[4]
+    cdef int64_t count[4]
+    cdef Py_ssize_t pad = 4 - nd
+    for d in range(4):
+        cshape[d] = 1 if d < pad else shape[d - pad]
+        strides[d] = 0 if d < pad else out.strides[d - pad]
+        extent[d] = 1 if d < pad else out.shape[d - pad]
+    for i in range(n):
+        for d in range(nd):
+            if (boxes[i, nd + d] < 1 or boxes[i, 2 * nd + d] < 0
+                    or boxes[i, nd + d] > extent[pad + d] - boxes[i, 2 * nd + d]):
+                raise InvalidArgumentError(f"box {i} lies outside out (shape {out.shape})")
+            if boxes[i, d] < 0 or boxes[i, nd + d] > cshape[pad + d] - boxes[i, d]:
+                raise InvalidArgumentError(f"box {i} does not fit the chunk {tuple(shape)}")
+    status = np.zeros(n, dtype=np.int8)
+    cdef signed char[::1] st = status
+    cdef uint8_t *base = <uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>out)
+    cdef uint8_t *dst
+    cdef int rc = SV_OK, err_no = 0
+    with nogil:
+        for i in range(n):
+            dst = base
+            for d in range(4):
+                origin[d] = 0 if d < pad else boxes[i, d - pad]
+                count[d] = 1 if d < pad else boxes[i, nd + d - pad]
+                if d >= pad:
+                    dst += boxes[i, 2 * nd + d - pad] * strides[d]
+            rc = sv_zstd_read_box(reader.r, <int>spans[i, 0], spans[i, 1], spans[i, 2], itemsize,
+                                  cshape, origin, count, dst, strides, &err_no)
+            if rc < 0:
+                break
+            st[i] = rc
+    if rc == SV_ERR_IO:
+        raise StoreError(f"cannot read {names[i]}: {os.strerror(err_no)}")
+    if rc < 0:
+        raise InvalidArgumentError(f"box {i} does not fit the chunk {tuple(shape)} (itemsize {itemsize})")
+    return status
