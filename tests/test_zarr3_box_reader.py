@@ -1,5 +1,5 @@
 """Boxes of zstd inner chunks of local shards decoded straight into the output
-(shardvol.zarr3.box_reader, csrc/zstdbox).
+(shardvol.zarr3.box_reader, csrc/chunkbox).
 
 TensorStore writes the arrays; every read is compared with what TensorStore reads.
 """
@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardvol import zarr3
-from shardvol._ext import zstdbox
+from shardvol._ext import chunkbox
 from shardvol.array.indexing import chunk_parts
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError, ShardFormatError, StoreError
 from shardvol.zarr3 import create_metadata
-from shardvol.zarr3.box_reader import ZstdBoxReader
+from shardvol.zarr3.box_reader import ShardBoxReader
 
 
 def _ts_array(path, data, shard, inner, codecs=None, index_location="end", fill_value=0):
@@ -70,18 +70,20 @@ def _handled(arr, box):
     seed=st.integers(0, 2**32 - 1),
     order=st.sampled_from(["C", "F"]),
     index_location=st.sampled_from(["end", "start"]),
+    codec=st.sampled_from(["zstd", "gzip"]),
 )
 def test_random_boxes_match_tensorstore(tmp_path_factory, dtype, ndim, seed, order,
-                                        index_location):
+                                        index_location, codec):
     rng = np.random.default_rng(seed)
     inner = [int(rng.integers(1, 9)) for _ in range(ndim)]
     shard = [i * int(rng.integers(1, 4)) for i in inner]
     shape = [int(rng.integers(1, 3 * s + 2)) for s in shard]
     data = _random(shape, dtype, rng)
     path = tmp_path_factory.mktemp("z")
-    oracle = _ts_array(path, data, shard, inner, index_location=index_location)
+    oracle = _ts_array(path, data, shard, inner, codecs=[codec], index_location=index_location)
     arr = zarr3.open(str(path), mode="r", order=order)
-    assert isinstance(arr.chunked_array.box_reader, ZstdBoxReader)
+    assert isinstance(arr.chunked_array.box_reader, ShardBoxReader)
+    assert arr.chunked_array.box_reader.codec == codec
     for _ in range(12):
         box = _box(rng, shape)
         got = arr[box]
@@ -117,20 +119,21 @@ def test_missing_chunks_and_shards_read_as_fill(tmp_path):
     assert sorted(p.coord for p in left) == [(0, 1), (1, 0), (1, 1)]  # (absent: filled there)
 
 
-def test_damaged_chunks_are_errors_as_before(tmp_path):
+@pytest.mark.parametrize("codec", ["zstd", "gzip"])
+def test_damaged_chunks_are_errors_as_before(tmp_path, codec):
     rng = np.random.default_rng(1)
     data = rng.integers(0, 255, (32, 32, 32), dtype=np.uint8)
-    _ts_array(tmp_path, data, (32, 32, 32), (16, 16, 16))
+    _ts_array(tmp_path, data, (32, 32, 32), (16, 16, 16), codecs=[codec])
     shard = tmp_path / "c" / "0" / "0" / "0"
     raw = bytearray(shard.read_bytes())
     index = np.frombuffer(raw[-8 * 16 - 4:-4], "<u8").reshape(8, 2)  # (offset, nbytes) each
     first = int(index[0, 0])
-    raw[first:first + 4] = b"\0\0\0\0"  # chunk (0, 0, 0): no zstd frame any more
+    raw[first:first + 4] = b"\0\0\0\0"  # chunk (0, 0, 0): no zstd frame or gzip member
     shard.write_bytes(bytes(raw))
     arr = zarr3.open(str(tmp_path), mode="r")
     left, _ = _handled(arr, (slice(0, 20), slice(0, 4), slice(0, 4)))
     assert [p.coord for p in left] == [(0, 0, 0)]
-    with pytest.raises(ChunkDecodeError, match="zstd"):
+    with pytest.raises(ChunkDecodeError, match=codec):
         arr[0:4, 0:4, 0:4]
     np.testing.assert_array_equal(arr[16:, 16:, 16:], data[16:, 16:, 16:])  # others intact
     shard.write_bytes(bytes(raw[:2000]))  # index gone: a shard shorter than its entries
@@ -152,7 +155,7 @@ def test_a_replaced_shard_is_read_at_its_new_version(tmp_path):
 def test_other_arrays_have_no_box_reader(tmp_path):
     data = np.arange(4096, dtype=np.uint16).reshape(64, 64)
     cases = {
-        "gzip": ["gzip"],
+        "blosc": ["blosc"],
         "big-endian": [{"name": "bytes", "configuration": {"endian": "big"}}, "zstd"],
         "checksum": ["zstd", "crc32c"],
         "transpose": [{"name": "transpose", "configuration": {"order": [1, 0]}}, "zstd"],
@@ -169,7 +172,7 @@ def test_other_arrays_have_no_box_reader(tmp_path):
 
 
 def test_kernel_arguments_and_io_errors(tmp_path):
-    reader = zstdbox.Reader()
+    reader = chunkbox.Reader()
     out = np.zeros((4, 4), np.uint8)
     path = tmp_path / "f"
     path.write_bytes(bytes(64))
@@ -177,20 +180,23 @@ def test_kernel_arguments_and_io_errors(tmp_path):
     try:
         spans = np.array([[fd, 0, 64]], np.int64)
         good = np.array([[0, 0, 2, 2, 0, 0]], np.int64)
-        assert zstdbox.read_boxes(reader, spans, (4, 4), good, out, ["f"]).tolist() == [
-            zstdbox.OTHER]  # zeros are no zstd frame
+        for codec in ("zstd", "gzip"):
+            assert chunkbox.read_boxes(reader, codec, spans, (4, 4), good, out, ["f"]).tolist(
+            ) == [chunkbox.OTHER]  # zeros are no zstd frame, no gzip member
+        with pytest.raises(InvalidArgumentError, match="codec must be one of"):
+            chunkbox.read_boxes(reader, "lz4", spans, (4, 4), good, out, ["f"])
         with pytest.raises(InvalidArgumentError, match="outside out"):
-            zstdbox.read_boxes(reader, spans, (4, 4), np.array([[0, 0, 2, 2, 3, 0]], np.int64),
+            chunkbox.read_boxes(reader, "zstd", spans, (4, 4), np.array([[0, 0, 2, 2, 3, 0]], np.int64),
                                out, ["f"])
         with pytest.raises(InvalidArgumentError, match="does not fit the chunk"):
-            zstdbox.read_boxes(reader, spans, (4, 4), np.array([[3, 0, 2, 2, 0, 0]], np.int64),
+            chunkbox.read_boxes(reader, "zstd", spans, (4, 4), np.array([[3, 0, 2, 2, 0, 0]], np.int64),
                                out, ["f"])
         with pytest.raises(InvalidArgumentError, match="writable"):
-            zstdbox.read_boxes(reader, spans, (4, 4), good, _read_only(out), ["f"])
+            chunkbox.read_boxes(reader, "zstd", spans, (4, 4), good, _read_only(out), ["f"])
     finally:
         os.close(fd)
     with pytest.raises(StoreError, match="cannot read f"):
-        zstdbox.read_boxes(reader, np.array([[fd, 0, 64]], np.int64), (4, 4), good, out, ["f"])
+        chunkbox.read_boxes(reader, "gzip", np.array([[fd, 0, 64]], np.int64), (4, 4), good, out, ["f"])
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -200,15 +206,16 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 
 def test_c_kernel_checker(tmp_path):
-    """tests/c/fuzz_zstdbox.c: random chunks (some of several zstd blocks), boxes and output
-    layouts read exactly; damaged frames read or left to the caller, never a crash.  Built
+    """tests/c/fuzz_chunkbox.c: random zstd and gzip chunks (some of several zstd blocks),
+    boxes and output layouts read exactly; damaged data read or left to the caller, never a
+    crash.  Built
     with the sanitizers when the compiler has them; run it longer by hand (see the file)."""
     root = Path(__file__).resolve().parents[1]
-    exe = tmp_path / "fuzz_zstdbox"
+    exe = tmp_path / "fuzz_chunkbox"
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     build = [*cc, "-std=c99", "-O1", "-g", f"-I{root / 'csrc'}",
-             str(root / "tests/c/fuzz_zstdbox.c"), str(root / "csrc/zstdbox.c"),
-             str(root / "csrc/transpose.c"), "-o", str(exe), "-lzstd"]
+             str(root / "tests/c/fuzz_chunkbox.c"), str(root / "csrc/chunkbox.c"),
+             str(root / "csrc/transpose.c"), "-o", str(exe), "-lzstd", "-ldeflate"]
     sanitized = subprocess.run([*build, "-fsanitize=address,undefined",
                                 "-fno-sanitize-recover=all"], capture_output=True, check=False)
     if sanitized.returncode != 0:

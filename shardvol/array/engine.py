@@ -5,7 +5,7 @@ batch streamed by one ``iter_chunks`` call, in parallel threads, every chunk
 decoded as it arrives, straight into the output (only the selected box of a
 partially selected chunk, when the codec can).  Small reads are fetched in one
 go and then decoded in parallel; a ``box_reader`` (raw chunk files, zstd
-inner chunks of local Zarr shards: read, decoded and placed in C) takes what it
+or gzip inner chunks of local Zarr shards: read, decoded and placed in C) takes what it
 can of each batch first.
 
 Writes: storage units (chunk files or shards) are written concurrently, each

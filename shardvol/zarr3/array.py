@@ -31,7 +31,7 @@ from shardvol.array.grid import ChunkGrid
 from shardvol.array.indexing import AxisSelection, normalize_selection
 from shardvol.errors import InvalidArgumentError, ReadOnlyStoreError, ShardvolError
 from shardvol.kvstore import KVStore, open_store
-from shardvol.zarr3.box_reader import ZstdBoxReader
+from shardvol.zarr3.box_reader import ShardBoxReader
 from shardvol.zarr3.chunkstore import ZarrChunkStore
 from shardvol.zarr3.codecs import JSON, Codec
 from shardvol.zarr3.metadata import ZARR_JSON, ArrayMetadata, ChunkKeyEncoding, create_metadata
@@ -79,7 +79,7 @@ class ZarrArray(AsyncMethods):
             padded_chunks=True,
             skip_fill_chunks=True,
             parallel=parallel or 0,
-            box_reader=ZstdBoxReader.for_store(store),
+            box_reader=ShardBoxReader.for_store(store),
             cache=shared_cache(_cache_key(store.kv), budget) if budget else None,
         )
 

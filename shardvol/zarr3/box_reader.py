@@ -1,13 +1,14 @@
-"""Boxes of the zstd inner chunks of local shards decoded straight into a read's output.
+"""Boxes of the zstd or gzip inner chunks of local shards decoded straight into a read's
+output.
 
 A cutout of a few dozen chunks spends as much time in Python per chunk (fetching its
 bytes, handing them to a decoder, placing the box) as zstd takes to decode it, and that
 Python work holds the GIL the other decoding threads need.  Here each shard file of a
 batch is opened once, each chunk's span is taken from the shard's index (cached, and
-used only at the version of the open file), and the C kernel (csrc/zstdbox.h) reads,
-decodes and copies each box with the GIL released, decoding a chunk only up to the last
-item its box needs.  Whatever it does not decode (a missing chunk or shard, a corrupt
-frame or index) is left to the engine's general path, which fills or reports it.
+used only at the version of the open file), and the C kernel (csrc/chunkbox.h) reads,
+decodes and copies each box with the GIL released (a zstd chunk only up to the last item
+its box needs).  Whatever it does not decode (a missing chunk or shard, corrupt data or
+a corrupt index) is left to the engine's general path, which fills or reports it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shardvol._ext import zstdbox
+from shardvol._ext import chunkbox
 from shardvol.array.indexing import ChunkPart
 from shardvol.errors import ChunkDecodeError, ShardFormatError
 from shardvol.kvstore.shards import Versioned
@@ -30,34 +31,36 @@ if TYPE_CHECKING:
 _local = threading.local()
 
 
-def _reader() -> zstdbox.Reader:
-    """This thread's decompression context (with buffers it keeps between reads)."""
+def _reader() -> chunkbox.Reader:
+    """This thread's decompressors (with buffers they keep between reads)."""
     reader = getattr(_local, "reader", None)
     if reader is None:
-        reader = _local.reader = zstdbox.Reader()
+        reader = _local.reader = chunkbox.Reader()
     return reader
 
 
-class ZstdBoxReader:
+class ShardBoxReader:
     """Reads boxes of the inner chunks of one sharded Zarr array stored as local files."""
 
-    def __init__(self, store: ZarrChunkStore) -> None:
+    def __init__(self, store: ZarrChunkStore, codec: str) -> None:
         self.store = store
+        self.codec = codec
 
     @classmethod
-    def for_store(cls, store: ZarrChunkStore) -> ZstdBoxReader | None:
-        """A reader if ``store``'s shards are local files and its inner chunks are plain
-        zstd frames of items in this host's byte order (codecs "bytes" then "zstd", of at
-        most 4 dimensions); else None."""
+    def for_store(cls, store: ZarrChunkStore) -> ShardBoxReader | None:
+        """A reader if ``store``'s shards are local files and its inner chunks are items in
+        this host's byte order compressed whole (codecs "bytes" then "zstd" or "gzip", of
+        at most 4 dimensions); else None."""
         layout = store.layout
         if layout is None or not store.kv.local or len(store.chunk_shape) > 4:
             return None
         codecs = [c.name for c in layout.inner.codecs]
-        if codecs != ["bytes", "zstd"] or not layout.inner.decodes_in_place:
+        if (len(codecs) != 2 or codecs[0] != "bytes" or codecs[1] not in chunkbox.CODECS
+                or not layout.inner.decodes_in_place):
             return None
         if store.kv.file_path(store.unit_of((0,) * len(store.chunk_shape))) is None:
             return None
-        return cls(store)
+        return cls(store, codecs[1])
 
     def read_into(self, parts: list[ChunkPart], out: np.ndarray) -> list[ChunkPart]:
         """Decode the boxes of ``parts`` into ``out``; returns the parts left to the caller."""
@@ -94,8 +97,9 @@ class ZstdBoxReader:
                     names.append(name)
                     placed.append(p)
             if placed:
-                status = zstdbox.read_boxes(
-                    _reader(), np.array(spans, np.int64).reshape(-1, 3), store.chunk_shape,
+                status = chunkbox.read_boxes(
+                    _reader(), self.codec, np.array(spans, np.int64).reshape(-1, 3),
+                    store.chunk_shape,
                     np.array(boxes, np.int64).reshape(len(placed), -1), out, names)
                 left.extend(p for p, s in zip(placed, status) if s != 0)
         finally:

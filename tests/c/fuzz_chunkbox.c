@@ -1,12 +1,13 @@
-/* Random-input checker for sv_zstd_read_box (csrc/zstdbox.c), meant to run under
+/* Random-input checker for sv_box_read (csrc/chunkbox.c), meant to run under
  * AddressSanitizer + UndefinedBehaviorSanitizer:
  *
- *   gcc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc tests/c/fuzz_zstdbox.c \
- *       csrc/zstdbox.c csrc/transpose.c -lzstd -o /tmp/fuzz_zstdbox && \
- *       /tmp/fuzz_zstdbox 20000 /tmp/chunk
+ *   gcc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc tests/c/fuzz_chunkbox.c \
+ *       csrc/chunkbox.c csrc/transpose.c -lzstd -ldeflate -o /tmp/fuzz_chunkbox && \
+ *       /tmp/fuzz_chunkbox 20000 /tmp/chunk
  *
  * Each round compresses a chunk of random shape (C order, up to 4 axes, some of several
- * zstd blocks), item size and contents, writes the frame at a random offset of a file
+ * zstd blocks), item size and contents with zstd or gzip (libdeflate), writes it at a
+ * random offset of a file
  * (a third of the rounds damage it: bit flips, a truncation, a wrong length or garbage),
  * and reads a random box of it into an output of random padding, C or Fortran order.
  * Intact frames must be read and every item of the box must match; damaged ones may be
@@ -17,18 +18,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <libdeflate.h>
 #include <zstd.h>
 
+#include "chunkbox.h"
 #include "fuzz_rng.h"
-#include "zstdbox.h"
 
 int main(int argc, char **argv) {
     rng_state = 7;
     long iters = argc > 1 ? atol(argv[1]) : 2000;
-    const char *path = argc > 2 ? argv[2] : "fuzz_zstdbox.chunk";
+    const char *path = argc > 2 ? argv[2] : "fuzz_chunkbox.chunk";
     long ok = 0, other = 0;
-    sv_zstd_reader *reader = sv_zstd_reader_new();
+    sv_box_reader *reader = sv_box_reader_new();
     if (reader == NULL) return 1;
+    struct libdeflate_compressor *deflater[13] = {0};
     for (long it = 0; it < iters; ++it) {
         int64_t isz = (int64_t[]){1, 2, 4, 8}[rnd() % 4];
         int64_t shape[4], origin[4], count[4], n = isz;
@@ -42,10 +45,19 @@ int main(int argc, char **argv) {
         unsigned char *data = malloc(n);
         const unsigned levels = (unsigned)rnd_in(1, 200); /* few values compress well */
         for (int64_t i = 0; i < n; ++i) data[i] = (unsigned char)(rnd() % levels);
-        size_t bound = ZSTD_compressBound((size_t)n);
+        const int codec = rnd() % 2 ? SV_BOX_ZSTD : SV_BOX_GZIP;
+        size_t bound = ZSTD_compressBound((size_t)n) + libdeflate_gzip_compress_bound(NULL, (size_t)n);
         unsigned char *frame = malloc(bound + 64);
-        size_t len = ZSTD_compress(frame, bound, data, (size_t)n, (int)rnd_in(1, 5));
-        if (ZSTD_isError(len)) { fprintf(stderr, "compress\n"); return 1; }
+        size_t len;
+        if (codec == SV_BOX_ZSTD) {
+            len = ZSTD_compress(frame, bound, data, (size_t)n, (int)rnd_in(1, 5));
+            if (ZSTD_isError(len)) { fprintf(stderr, "compress\n"); return 1; }
+        } else {
+            const int level = (int)rnd_in(0, 12);
+            if (deflater[level] == NULL) deflater[level] = libdeflate_alloc_compressor(level);
+            len = libdeflate_gzip_compress(deflater[level], data, (size_t)n, frame, bound);
+            if (len == 0) { fprintf(stderr, "gzip\n"); return 1; }
+        }
         const int damage = rnd() % 3 == 0 ? (int)rnd_in(1, 4) : 0;
         int64_t stored_len = (int64_t)len;
         if (damage == 1) for (int k = 0; k < 3; ++k) frame[rnd() % len] ^= (unsigned char)(1u << (rnd() % 8));
@@ -65,7 +77,7 @@ int main(int argc, char **argv) {
         else { os[0] = isz; for (int d = 1; d < 4; ++d) os[d] = os[d - 1] * pad[d - 1]; outn = os[3] * pad[3]; }
         unsigned char *out = malloc(outn);
         int err = 0;
-        int rc = sv_zstd_read_box(reader, fd, at, stored_len, isz, shape, origin, count, out, os, &err);
+        int rc = sv_box_read(reader, codec, fd, at, stored_len, isz, shape, origin, count, out, os, &err);
         close(fd);
         if (rc == SV_OK) {
             ++ok;
@@ -75,7 +87,7 @@ int main(int argc, char **argv) {
                     int64_t src = ((((origin[0] + a) * shape[1] + origin[1] + b) * shape[2] + origin[2] + c) * shape[3] + origin[3] + e) * isz;
                     if (memcmp(out + a * os[0] + b * os[1] + c * os[2] + e * os[3], data + src, isz)) { fprintf(stderr, "mismatch at round %ld\n", it); return 1; }
                 }
-        } else if (rc == SV_ZSTD_OTHER) {
+        } else if (rc == SV_BOX_OTHER) {
             ++other;
             if (!damage) { fprintf(stderr, "intact frame refused at round %ld\n", it); return 1; }
         } else { fprintf(stderr, "rc %d at round %ld\n", rc, it); return 1; }
@@ -85,8 +97,10 @@ int main(int argc, char **argv) {
     int64_t one[4] = {1, 1, 1, 1}, zero[4] = {0, 0, 0, 0}, st[4] = {1, 1, 1, 1};
     unsigned char byte;
     int err = 0;
-    if (sv_zstd_read_box(reader, -1, 0, 16, 1, one, zero, one, &byte, st, &err) != SV_ERR_IO || err == 0) { fprintf(stderr, "bad fd\n"); return 1; }
-    sv_zstd_reader_free(reader);
+    if (sv_box_read(reader, SV_BOX_ZSTD, -1, 0, 16, 1, one, zero, one, &byte, st, &err) != SV_ERR_IO || err == 0) { fprintf(stderr, "bad fd\n"); return 1; }
+    if (sv_box_read(reader, 3, -1, 0, 16, 1, one, zero, one, &byte, st, &err) != SV_ERR_ARGUMENT) { fprintf(stderr, "codec check\n"); return 1; }
+    sv_box_reader_free(reader);
+    for (int i = 0; i < 13; ++i) if (deflater[i] != NULL) libdeflate_free_compressor(deflater[i]);
     printf("%ld read, %ld left to the generic path\n", ok, other);
     return 0;
 }

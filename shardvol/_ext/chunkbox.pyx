@@ -1,7 +1,7 @@
-"""Boxes of zstd-compressed chunks in open files decoded straight into an output array
-(GIL released).
+"""Boxes of compressed chunks (zstd, gzip) in open files decoded straight into an output
+array (GIL released).
 
-Thin wrapper of csrc/zstdbox.h.
+Thin wrapper of csrc/chunkbox.h.
 """
 import os
 
@@ -10,35 +10,39 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t
 
 from shardvol._ext.csrc cimport SV_OK, SV_ERR_IO
-from shardvol._ext.csrc_zstdbox cimport (
-    SV_ZSTD_OTHER, sv_zstd_reader, sv_zstd_reader_free, sv_zstd_reader_new, sv_zstd_read_box,
+from shardvol._ext.csrc_chunkbox cimport (
+    SV_BOX_GZIP, SV_BOX_OTHER, SV_BOX_ZSTD, sv_box_read, sv_box_reader, sv_box_reader_free,
+    sv_box_reader_new,
 )
 from shardvol.errors import InvalidArgumentError, StoreError
 
 cnp.import_array()
 
 #: read_boxes status besides 0 (read)
-OTHER = SV_ZSTD_OTHER
+OTHER = SV_BOX_OTHER
+#: the codecs read_boxes decodes, by their Zarr names
+CODECS = {"zstd": SV_BOX_ZSTD, "gzip": SV_BOX_GZIP}
 
 
 cdef class Reader:
-    """A zstd decompression context and its buffers: one per thread (not thread-safe)."""
-    cdef sv_zstd_reader *r
+    """Decompressors and their buffers: one per thread (not thread-safe)."""
+    cdef sv_box_reader *r
 
     def __cinit__(self):
-        self.r = sv_zstd_reader_new()
+        self.r = sv_box_reader_new()
         if self.r == NULL:
             raise MemoryError()
 
     def __dealloc__(self):
-        sv_zstd_reader_free(self.r)
+        sv_box_reader_free(self.r)
 
 
-def read_boxes(Reader reader not None, const int64_t[:, ::1] spans, shape,
+def read_boxes(Reader reader not None, str codec, const int64_t[:, ::1] spans, shape,
                const int64_t[:, ::1] boxes, out, list names):
     """Decode the box of chunk ``i`` into ``out`` for every row ``i``.
 
-    ``spans[i]``: (an open file descriptor, offset, length) of the chunk's zstd frame;
+    ``codec``: a key of CODECS; ``spans[i]``: (an open file descriptor, offset, length)
+    of the chunk's encoded bytes;
     ``shape``: the chunks' extents (C order, at most 4 axes, as many as ``out``);
     ``boxes[i]``: the box's origin in the chunk, its extents and its origin in ``out``
     (a writable array of the chunks' dtype, in the host's byte order), one entry per axis
@@ -47,6 +51,9 @@ def read_boxes(Reader reader not None, const int64_t[:, ::1] spans, shape,
     caller's to fill).  Raises StoreError naming the file on an I/O error.
     """
     cdef Py_ssize_t n = spans.shape[0], i, d, nd
+    if codec not in CODECS:
+        raise InvalidArgumentError(f"codec must be one of {sorted(CODECS)}, got {codec!r}")
+    cdef int ccodec = CODECS[codec]
     if not isinstance(out, np.ndarray) or not out.flags.writeable:
         raise InvalidArgumentError("out must be a writable array")
     nd = out.ndim
@@ -85,8 +92,8 @@ def read_boxes(Reader reader not None, const int64_t[:, ::1] spans, shape,
                 count[d] = 1 if d < pad else boxes[i, nd + d - pad]
                 if d >= pad:
                     dst += boxes[i, 2 * nd + d - pad] * strides[d]
-            rc = sv_zstd_read_box(reader.r, <int>spans[i, 0], spans[i, 1], spans[i, 2], itemsize,
-                                  cshape, origin, count, dst, strides, &err_no)
+            rc = sv_box_read(reader.r, ccodec, <int>spans[i, 0], spans[i, 1], spans[i, 2],
+                             itemsize, cshape, origin, count, dst, strides, &err_no)
             if rc < 0:
                 break
             st[i] = rc

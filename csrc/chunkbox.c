@@ -1,7 +1,8 @@
-/* See zstdbox.h. */
+/* See chunkbox.h. */
 #define _POSIX_C_SOURCE 200809L
-#include "zstdbox.h"
+#include "chunkbox.h"
 
+#include <libdeflate.h>
 #include <stdlib.h>
 #include <zstd.h>
 
@@ -11,26 +12,33 @@
 /* The largest zstd block (ZSTD_BLOCKSIZE_MAX, of zstd's static-only API). */
 #define MAX_BLOCK ((size_t)128 << 10)
 
-struct sv_zstd_reader {
+/* No encoding of a chunk is longer than the codec's bound (stored blocks, for deflate)
+ * plus this much (headers, their optional fields): longer spans are not decoded here. */
+#define SLACK 4096
+
+struct sv_box_reader {
     ZSTD_DCtx *dctx;
+    struct libdeflate_decompressor *inflater;
     uint8_t *src, *chunk;
     size_t src_cap, chunk_cap;
 };
 
-sv_zstd_reader *sv_zstd_reader_new(void) {
-    sv_zstd_reader *r = calloc(1, sizeof *r);
+sv_box_reader *sv_box_reader_new(void) {
+    sv_box_reader *r = calloc(1, sizeof *r);
     if (r == NULL) return NULL;
     r->dctx = ZSTD_createDCtx();
-    if (r->dctx == NULL) {
-        free(r);
+    r->inflater = libdeflate_alloc_decompressor();
+    if (r->dctx == NULL || r->inflater == NULL) {
+        sv_box_reader_free(r);
         return NULL;
     }
     return r;
 }
 
-void sv_zstd_reader_free(sv_zstd_reader *r) {
+void sv_box_reader_free(sv_box_reader *r) {
     if (r == NULL) return;
     ZSTD_freeDCtx(r->dctx);
+    if (r->inflater != NULL) libdeflate_free_decompressor(r->inflater);
     free(r->src);
     free(r->chunk);
     free(r);
@@ -47,36 +55,46 @@ static int reserve(uint8_t **buf, size_t *cap, size_t n) {
     return 1;
 }
 
-/* Decode the first `want` bytes of the frame src[0, n) into dst; SV_OK or SV_ZSTD_OTHER.
+/* Inflate the gzip member src[0, n) into dst, exactly `total` bytes; SV_OK or SV_BOX_OTHER. */
+static int inflate_whole(struct libdeflate_decompressor *d, const uint8_t *src, size_t n,
+                         uint8_t *dst, size_t total) {
+    size_t got = 0, used = 0;
+    const enum libdeflate_result rc =
+        libdeflate_gzip_decompress_ex(d, src, n, dst, total, &used, &got);
+    return rc == LIBDEFLATE_SUCCESS && got == total && used == n ? SV_OK : SV_BOX_OTHER;
+}
+
+/* Decode the first `want` bytes of the frame src[0, n) into dst; SV_OK or SV_BOX_OTHER.
  * The whole chunk (want == total) is decoded in one call, which also checks that the
  * frame holds exactly `total` bytes; a prefix is streamed, stopping at `want`. */
 static int decode_prefix(ZSTD_DCtx *dctx, const uint8_t *src, size_t n, uint8_t *dst,
                          size_t want, size_t total) {
     const unsigned long long declared = ZSTD_getFrameContentSize(src, n);
-    if (declared == ZSTD_CONTENTSIZE_ERROR) return SV_ZSTD_OTHER;
-    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != total) return SV_ZSTD_OTHER;
+    if (declared == ZSTD_CONTENTSIZE_ERROR) return SV_BOX_OTHER;
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != total) return SV_BOX_OTHER;
     if (want == total) {
         const size_t got = ZSTD_decompressDCtx(dctx, dst, total, src, n);
-        return ZSTD_isError(got) || got != total ? SV_ZSTD_OTHER : SV_OK;
+        return ZSTD_isError(got) || got != total ? SV_BOX_OTHER : SV_OK;
     }
-    if (ZSTD_isError(ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only))) return SV_ZSTD_OTHER;
+    if (ZSTD_isError(ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only))) return SV_BOX_OTHER;
     ZSTD_outBuffer o = {dst, want, 0};
     ZSTD_inBuffer i = {src, n, 0};
     while (o.pos < want) {
         const size_t in_before = i.pos, out_before = o.pos;
         const size_t r = ZSTD_decompressStream(dctx, &o, &i);
-        if (ZSTD_isError(r)) return SV_ZSTD_OTHER;
+        if (ZSTD_isError(r)) return SV_BOX_OTHER;
         if (o.pos < want && i.pos == i.size && (r == 0 || (i.pos == in_before && o.pos == out_before)))
-            return SV_ZSTD_OTHER; /* the data end before the box does */
+            return SV_BOX_OTHER; /* the data end before the box does */
     }
     return SV_OK;
 }
 
-int sv_zstd_read_box(sv_zstd_reader *r, int fd, int64_t offset, int64_t length,
-                     int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
-                     const int64_t count[4], uint8_t *out, const int64_t out_strides[4],
-                     int *err_no) {
-    if (itemsize < 1 || itemsize > 16) return SV_ERR_ARGUMENT;
+int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t length,
+                int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
+                const int64_t count[4], uint8_t *out, const int64_t out_strides[4],
+                int *err_no) {
+    if (itemsize < 1 || itemsize > 16 || (codec != SV_BOX_ZSTD && codec != SV_BOX_GZIP))
+        return SV_ERR_ARGUMENT;
     size_t total = (size_t)itemsize, last = 0;
     ptrdiff_t chunk_strides[4], dst_strides[4];
     size_t n[4];
@@ -92,24 +110,31 @@ int sv_zstd_read_box(sv_zstd_reader *r, int fd, int64_t offset, int64_t length,
         if (count[d] != shape[d]) whole = 0;
         if (__builtin_mul_overflow(total, (size_t)shape[d], &total)) return SV_ERR_ARGUMENT;
     }
-    if (offset < 0 || length < 1 || (size_t)length > ZSTD_compressBound(total) + 4096)
-        return SV_ZSTD_OTHER; /* no frame of this chunk is that long: the caller's to check */
-    if (!reserve(&r->src, &r->src_cap, (size_t)length)) return SV_ZSTD_OTHER;
+    const size_t longest = SLACK + (codec == SV_BOX_ZSTD
+                                        ? ZSTD_compressBound(total)
+                                        : libdeflate_deflate_compress_bound(NULL, total));
+    if (offset < 0 || length < 1 || (size_t)length > longest)
+        return SV_BOX_OTHER; /* no encoding of this chunk is that long: the caller's to check */
+    if (!reserve(&r->src, &r->src_cap, (size_t)length)) return SV_BOX_OTHER;
     const int got = sv_pread_exact(fd, r->src, length, offset);
     if (got < 0) {
         *err_no = errno;
         return SV_ERR_IO;
     }
-    if (got > 0) return SV_ZSTD_OTHER; /* the file ends first */
+    if (got > 0) return SV_BOX_OTHER; /* the file ends first */
     if (whole && c_contiguous)
-        return decode_prefix(r->dctx, r->src, (size_t)length, out, total, total);
-    if (!reserve(&r->chunk, &r->chunk_cap, total)) return SV_ZSTD_OTHER;
+        return codec == SV_BOX_ZSTD
+                   ? decode_prefix(r->dctx, r->src, (size_t)length, out, total, total)
+                   : inflate_whole(r->inflater, r->src, (size_t)length, out, total);
+    if (!reserve(&r->chunk, &r->chunk_cap, total)) return SV_BOX_OTHER;
     size_t want = last + (size_t)itemsize;
     /* A prefix is streamed through zstd's own buffer, one more copy of it: worth it when
      * it skips at least half of the chunk, and only chunks of more than one block have
      * blocks to skip. */
     if (want > total / 2 || total <= MAX_BLOCK) want = total;
-    const int rc = decode_prefix(r->dctx, r->src, (size_t)length, r->chunk, want, total);
+    const int rc = codec == SV_BOX_ZSTD
+                       ? decode_prefix(r->dctx, r->src, (size_t)length, r->chunk, want, total)
+                       : inflate_whole(r->inflater, r->src, (size_t)length, r->chunk, total);
     if (rc != SV_OK) return rc;
     const uint8_t *src = r->chunk;
     for (int d = 0; d < 4; d++) src += (size_t)origin[d] * (size_t)chunk_strides[d];
