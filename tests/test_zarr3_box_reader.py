@@ -186,17 +186,18 @@ def test_kernel_arguments_and_io_errors(tmp_path):
         with pytest.raises(InvalidArgumentError, match="codec must be one of"):
             chunkbox.read_boxes(reader, "lz4", spans, (4, 4), good, out, ["f"])
         with pytest.raises(InvalidArgumentError, match="outside out"):
-            chunkbox.read_boxes(reader, "zstd", spans, (4, 4), np.array([[0, 0, 2, 2, 3, 0]], np.int64),
-                               out, ["f"])
+            chunkbox.read_boxes(reader, "zstd", spans, (4, 4),
+                                np.array([[0, 0, 2, 2, 3, 0]], np.int64), out, ["f"])
         with pytest.raises(InvalidArgumentError, match="does not fit the chunk"):
-            chunkbox.read_boxes(reader, "zstd", spans, (4, 4), np.array([[3, 0, 2, 2, 0, 0]], np.int64),
-                               out, ["f"])
+            chunkbox.read_boxes(reader, "zstd", spans, (4, 4),
+                                np.array([[3, 0, 2, 2, 0, 0]], np.int64), out, ["f"])
         with pytest.raises(InvalidArgumentError, match="writable"):
             chunkbox.read_boxes(reader, "zstd", spans, (4, 4), good, _read_only(out), ["f"])
     finally:
         os.close(fd)
     with pytest.raises(StoreError, match="cannot read f"):
-        chunkbox.read_boxes(reader, "gzip", np.array([[fd, 0, 64]], np.int64), (4, 4), good, out, ["f"])
+        chunkbox.read_boxes(reader, "gzip", np.array([[fd, 0, 64]], np.int64), (4, 4), good,
+                            out, ["f"])
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
