@@ -89,11 +89,20 @@ static int decode_prefix(ZSTD_DCtx *dctx, const uint8_t *src, size_t n, uint8_t 
     return SV_OK;
 }
 
+/* Copy the box at `origin` of the decoded chunk into out. */
+static int copy_box(const uint8_t *chunk, const int64_t origin[4], const ptrdiff_t chunk_strides[4],
+                    uint8_t *out, const ptrdiff_t out_strides[4], const size_t count[4],
+                    int64_t itemsize) {
+    for (int d = 0; d < 4; d++) chunk += (size_t)origin[d] * (size_t)chunk_strides[d];
+    return sv_copy_transposed(chunk, chunk_strides, out, out_strides, count, (size_t)itemsize);
+}
+
 int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t length,
                 int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
                 const int64_t count[4], uint8_t *out, const int64_t out_strides[4],
                 int *err_no) {
-    if (itemsize < 1 || itemsize > 16 || (codec != SV_BOX_ZSTD && codec != SV_BOX_GZIP))
+    if (itemsize < 1 || itemsize > 16 ||
+        (codec != SV_BOX_ZSTD && codec != SV_BOX_GZIP && codec != SV_BOX_NONE))
         return SV_ERR_ARGUMENT;
     size_t total = (size_t)itemsize, last = 0;
     ptrdiff_t chunk_strides[4], dst_strides[4];
@@ -110,10 +119,11 @@ int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t len
         if (count[d] != shape[d]) whole = 0;
         if (__builtin_mul_overflow(total, (size_t)shape[d], &total)) return SV_ERR_ARGUMENT;
     }
-    const size_t longest = SLACK + (codec == SV_BOX_ZSTD
-                                        ? ZSTD_compressBound(total)
-                                        : libdeflate_deflate_compress_bound(NULL, total));
-    if (offset < 0 || length < 1 || (size_t)length > longest)
+    const size_t longest = codec == SV_BOX_NONE   ? total
+                           : codec == SV_BOX_ZSTD ? SLACK + ZSTD_compressBound(total)
+                                                  : SLACK + libdeflate_deflate_compress_bound(NULL, total);
+    if (offset < 0 || length < 1 || (size_t)length > longest ||
+        (codec == SV_BOX_NONE && (size_t)length != total))
         return SV_BOX_OTHER; /* no encoding of this chunk is that long: the caller's to check */
     if (!reserve(&r->src, &r->src_cap, (size_t)length)) return SV_BOX_OTHER;
     const int got = sv_pread_exact(fd, r->src, length, offset);
@@ -122,6 +132,7 @@ int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t len
         return SV_ERR_IO;
     }
     if (got > 0) return SV_BOX_OTHER; /* the file ends first */
+    if (codec == SV_BOX_NONE) return copy_box(r->src, origin, chunk_strides, out, dst_strides, n, itemsize);
     if (whole && c_contiguous)
         return codec == SV_BOX_ZSTD
                    ? decode_prefix(r->dctx, r->src, (size_t)length, out, total, total)
@@ -136,7 +147,5 @@ int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t len
                        ? decode_prefix(r->dctx, r->src, (size_t)length, r->chunk, want, total)
                        : inflate_whole(r->inflater, r->src, (size_t)length, r->chunk, total);
     if (rc != SV_OK) return rc;
-    const uint8_t *src = r->chunk;
-    for (int d = 0; d < 4; d++) src += (size_t)origin[d] * (size_t)chunk_strides[d];
-    return sv_copy_transposed(src, chunk_strides, out, dst_strides, n, (size_t)itemsize);
+    return copy_box(r->chunk, origin, chunk_strides, out, dst_strides, n, itemsize);
 }

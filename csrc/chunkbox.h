@@ -1,12 +1,13 @@
-/* Reading a box of a compressed chunk, stored as a span of an open file (an inner chunk of
- * a local Zarr v3 shard whose codecs are "bytes" then "zstd" or "gzip"), straight into a
- * strided output array.
+/* Reading a box of a chunk stored as a span of an open file (an inner chunk of a local
+ * Zarr v3 shard whose codecs are "bytes" then "zstd" or "gzip", a raw chunk of a local
+ * precomputed shard), straight into a strided output array.
  *
  * The chunk holds shape[0] x ... x shape[3] items of `itemsize` bytes in C order (axis 3
- * fastest; arrays of fewer axes have leading axes of 1), in the host's byte order, as one
- * zstd frame or one gzip member.  A zstd frame is decoded only up to the box's last item
- * when that skips at least half of a chunk of several blocks (zstd writes blocks of at
- * most 128 KiB); a gzip member is inflated whole (libdeflate).
+ * fastest; arrays of fewer axes have leading axes of 1; a Fortran-ordered chunk is this
+ * with its axes reversed), in the host's byte order, as one zstd frame, one gzip member
+ * or as they are.  A zstd frame is decoded only up to the box's last item when that skips
+ * at least half of a chunk of several blocks (zstd writes blocks of at most 128 KiB); a
+ * gzip member is inflated whole (libdeflate).
  *
  * Spans this kernel does not decode (data of another format or size, short or corrupt
  * data, a file shorter than the span) leave `out` to the caller, who decodes the chunk
@@ -27,6 +28,7 @@
 /* The codecs (the chunk's bytes -> bytes codec). */
 #define SV_BOX_ZSTD 1
 #define SV_BOX_GZIP 2
+#define SV_BOX_NONE 3 /* the items as they are */
 
 /* Decompressors and the buffers they read and decode into, grown as needed; one per
  * thread. */

@@ -125,7 +125,7 @@ def test_a_chunk_size_no_file_can_have_goes_the_generic_way(tmp_path):
         Volume(str(tmp_path))[0:2, 0:2, 0:2]
 
 
-def test_reader_only_for_local_raw_unsharded(tmp_path):
+def test_file_reader_only_for_local_raw_unsharded(tmp_path):
     data = np.zeros((8, 8, 8, 1), dtype=np.uint8)
     assert _ts_volume(tmp_path / "a", data, (0, 0, 0), (4, 4, 4)).chunked_array.box_reader
     mem = Volume.create("memory://raw-files-test", size=[8, 8, 8], data_type="uint8",
@@ -133,7 +133,7 @@ def test_reader_only_for_local_raw_unsharded(tmp_path):
     assert mem.chunked_array.box_reader is None
     sharded = Volume.create(str(tmp_path / "b"), size=[8, 8, 8], data_type="uint8",
                             chunk_size=[4, 4, 4], sharding="auto")
-    assert sharded.chunked_array.box_reader is None
+    assert not isinstance(sharded.chunked_array.box_reader, RawFileReader)  # (raw_shards')
     cseg = Volume.create(str(tmp_path / "c"), size=[8, 8, 8], data_type="uint32",
                          chunk_size=[4, 4, 4], type="segmentation",
                          encoding="compressed_segmentation",

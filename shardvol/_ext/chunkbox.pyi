@@ -1,5 +1,5 @@
-"""Boxes of compressed chunks (zstd, gzip) in open files decoded straight into an array
-(csrc/chunkbox.h)."""
+"""Boxes of chunks (zstd, gzip or as they are) in open files decoded straight into an
+array (csrc/chunkbox.h)."""
 
 import numpy as np
 
@@ -9,5 +9,6 @@ CODECS: dict[str, int]
 class Reader:
     def __init__(self) -> None: ...
 
-def read_boxes(reader: Reader, codec: str, spans: np.ndarray, shape: tuple[int, ...],
-               boxes: np.ndarray, out: np.ndarray, names: list[str]) -> np.ndarray: ...
+def thread_reader() -> Reader: ...
+def read_boxes(reader: Reader, codec: str, spans: np.ndarray, boxes: np.ndarray,
+               out: np.ndarray, names: list[str]) -> np.ndarray: ...

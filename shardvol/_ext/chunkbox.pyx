@@ -1,9 +1,10 @@
-"""Boxes of compressed chunks (zstd, gzip) in open files decoded straight into an output
-array (GIL released).
+"""Boxes of chunks (zstd, gzip or as they are) in open files decoded straight into an
+output array (GIL released).
 
 Thin wrapper of csrc/chunkbox.h.
 """
 import os
+import threading
 
 import numpy as np
 cimport numpy as cnp
@@ -11,7 +12,7 @@ from libc.stdint cimport int64_t, uint8_t
 
 from shardvol._ext.csrc cimport SV_OK, SV_ERR_IO
 from shardvol._ext.csrc_chunkbox cimport (
-    SV_BOX_GZIP, SV_BOX_OTHER, SV_BOX_ZSTD, sv_box_read, sv_box_reader, sv_box_reader_free,
+    SV_BOX_GZIP, SV_BOX_NONE, SV_BOX_OTHER, SV_BOX_ZSTD, sv_box_read, sv_box_reader, sv_box_reader_free,
     sv_box_reader_new,
 )
 from shardvol.errors import InvalidArgumentError, StoreError
@@ -20,8 +21,8 @@ cnp.import_array()
 
 #: read_boxes status besides 0 (read)
 OTHER = SV_BOX_OTHER
-#: the codecs read_boxes decodes, by their Zarr names
-CODECS = {"zstd": SV_BOX_ZSTD, "gzip": SV_BOX_GZIP}
+#: the codecs read_boxes decodes, by their Zarr names ("raw": the items as they are)
+CODECS = {"zstd": SV_BOX_ZSTD, "gzip": SV_BOX_GZIP, "raw": SV_BOX_NONE}
 
 
 cdef class Reader:
@@ -37,18 +38,29 @@ cdef class Reader:
         sv_box_reader_free(self.r)
 
 
-def read_boxes(Reader reader not None, str codec, const int64_t[:, ::1] spans, shape,
+_local = threading.local()
+
+
+def thread_reader():
+    """This thread's Reader (its buffers kept from one read to the next)."""
+    reader = getattr(_local, "reader", None)
+    if reader is None:
+        reader = _local.reader = Reader()
+    return reader
+
+
+def read_boxes(Reader reader not None, str codec, const int64_t[:, ::1] spans,
                const int64_t[:, ::1] boxes, out, list names):
     """Decode the box of chunk ``i`` into ``out`` for every row ``i``.
 
     ``codec``: a key of CODECS; ``spans[i]``: (an open file descriptor, offset, length)
-    of the chunk's encoded bytes;
-    ``shape``: the chunks' extents (C order, at most 4 axes, as many as ``out``);
-    ``boxes[i]``: the box's origin in the chunk, its extents and its origin in ``out``
-    (a writable array of the chunks' dtype, in the host's byte order), one entry per axis
-    each; ``names[i]`` names the chunk's file in errors.  Returns an int8 array: 0 where
-    the box was read, OTHER where the span is not decoded here (``out``'s box is then the
-    caller's to fill).  Raises StoreError naming the file on an I/O error.
+    of the chunk's encoded bytes; ``boxes[i]``: the chunk's extents (C order: its last
+    axis fastest), the box's origin in the chunk, its extents and its origin in ``out``
+    (a writable array of 1-4 axes, of the chunks' dtype in the host's byte order), one
+    entry per axis of ``out`` each; ``names[i]`` names the chunk's file in errors.
+    Returns an int8 array: 0 where the box was read, OTHER where the span is not decoded
+    here (``out``'s box is then the caller's to fill).  Raises StoreError naming the file
+    on an I/O error.
     """
     cdef Py_ssize_t n = spans.shape[0], i, d, nd
     if codec not in CODECS:
@@ -57,28 +69,27 @@ def read_boxes(Reader reader not None, str codec, const int64_t[:, ::1] spans, s
     if not isinstance(out, np.ndarray) or not out.flags.writeable:
         raise InvalidArgumentError("out must be a writable array")
     nd = out.ndim
-    if nd < 1 or nd > 4 or len(shape) != nd:
-        raise InvalidArgumentError(f"shape {shape} and out ({out.ndim} axes) must have 1-4 axes")
-    if spans.shape[1] != 3 or boxes.shape[0] != n or boxes.shape[1] != 3 * nd or len(names) != n:
-        raise InvalidArgumentError(f"spans must be ({n}, 3), boxes ({n}, {3 * nd}), names {n}")
+    if nd < 1 or nd > 4:
+        raise InvalidArgumentError(f"out must have 1-4 axes, not {nd}")
+    if spans.shape[1] != 3 or boxes.shape[0] != n or boxes.shape[1] != 4 * nd or len(names) != n:
+        raise InvalidArgumentError(f"spans must be ({n}, 3), boxes ({n}, {4 * nd}), names {n}")
     cdef int64_t itemsize = out.dtype.itemsize
-    cdef int64_t cshape[4]
+    cdef int64_t shape[4]
     cdef int64_t strides[4]
     cdef int64_t extent[4]
     cdef int64_t origin[4]
     cdef int64_t count[4]
     cdef Py_ssize_t pad = 4 - nd
     for d in range(4):
-        cshape[d] = 1 if d < pad else shape[d - pad]
         strides[d] = 0 if d < pad else out.strides[d - pad]
         extent[d] = 1 if d < pad else out.shape[d - pad]
     for i in range(n):
         for d in range(nd):
-            if (boxes[i, nd + d] < 1 or boxes[i, 2 * nd + d] < 0
-                    or boxes[i, nd + d] > extent[pad + d] - boxes[i, 2 * nd + d]):
+            if (boxes[i, 2 * nd + d] < 1 or boxes[i, 3 * nd + d] < 0
+                    or boxes[i, 2 * nd + d] > extent[pad + d] - boxes[i, 3 * nd + d]):
                 raise InvalidArgumentError(f"box {i} lies outside out (shape {out.shape})")
-            if boxes[i, d] < 0 or boxes[i, nd + d] > cshape[pad + d] - boxes[i, d]:
-                raise InvalidArgumentError(f"box {i} does not fit the chunk {tuple(shape)}")
+            if boxes[i, nd + d] < 0 or boxes[i, 2 * nd + d] > boxes[i, d] - boxes[i, nd + d]:
+                raise InvalidArgumentError(f"box {i} does not fit its chunk")
     status = np.zeros(n, dtype=np.int8)
     cdef signed char[::1] st = status
     cdef uint8_t *base = <uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>out)
@@ -88,17 +99,18 @@ def read_boxes(Reader reader not None, str codec, const int64_t[:, ::1] spans, s
         for i in range(n):
             dst = base
             for d in range(4):
-                origin[d] = 0 if d < pad else boxes[i, d - pad]
-                count[d] = 1 if d < pad else boxes[i, nd + d - pad]
+                shape[d] = 1 if d < pad else boxes[i, d - pad]
+                origin[d] = 0 if d < pad else boxes[i, nd + d - pad]
+                count[d] = 1 if d < pad else boxes[i, 2 * nd + d - pad]
                 if d >= pad:
-                    dst += boxes[i, 2 * nd + d - pad] * strides[d]
+                    dst += boxes[i, 3 * nd + d - pad] * strides[d]
             rc = sv_box_read(reader.r, ccodec, <int>spans[i, 0], spans[i, 1], spans[i, 2],
-                             itemsize, cshape, origin, count, dst, strides, &err_no)
+                             itemsize, shape, origin, count, dst, strides, &err_no)
             if rc < 0:
                 break
             st[i] = rc
     if rc == SV_ERR_IO:
         raise StoreError(f"cannot read {names[i]}: {os.strerror(err_no)}")
     if rc < 0:
-        raise InvalidArgumentError(f"box {i} does not fit the chunk {tuple(shape)} (itemsize {itemsize})")
+        raise InvalidArgumentError(f"box {i} does not fit its chunk (itemsize {itemsize})")
     return status

@@ -5,6 +5,7 @@ cdef extern from "chunkbox.h" nogil:
     int SV_BOX_OTHER
     int SV_BOX_ZSTD
     int SV_BOX_GZIP
+    int SV_BOX_NONE
     ctypedef struct sv_box_reader:
         pass
     sv_box_reader *sv_box_reader_new()

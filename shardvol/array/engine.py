@@ -4,8 +4,8 @@ Reads: selection -> chunk parts -> batches (grouped by storage unit) -> each
 batch streamed by one ``iter_chunks`` call, in parallel threads, every chunk
 decoded as it arrives, straight into the output (only the selected box of a
 partially selected chunk, when the codec can).  Small reads are fetched in one
-go and then decoded in parallel; a ``box_reader`` (raw chunk files, zstd
-or gzip inner chunks of local Zarr shards: read, decoded and placed in C) takes what it
+go and then decoded in parallel; a ``box_reader`` (raw chunks of local files or
+shards, inner chunks of local Zarr shards: read, decoded and placed in C) takes what it
 can of each batch first.
 
 Writes: storage units (chunk files or shards) are written concurrently, each

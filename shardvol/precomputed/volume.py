@@ -49,6 +49,7 @@ from shardvol.precomputed.meshes import Meshes
 from shardvol.precomputed.objects import link_object, new_object_store, object_store
 from shardvol.precomputed.provenance import read_provenance, write_provenance
 from shardvol.precomputed.raw_files import RawFileReader
+from shardvol.precomputed.raw_shards import RawShardReader
 from shardvol.precomputed.segment_properties import (
     SegmentProperties,
     read_segment_properties,
@@ -147,16 +148,19 @@ class Volume(AsyncMethods):
         # data inflating to more is corrupt (or a "gzip bomb"), not a chunk
         max_chunk = 4 * math.prod(grid.chunk_shape) * meta.dtype.itemsize + (1 << 20)
         store: ChunkStore[int] | ChunkStore[ChunkCoord]
+        codec = scale_codec(scale, meta.dtype, c, jpeg_quality=self._options["jpeg_quality"])
+        box_reader: RawFileReader | RawShardReader | None
         if self._spec is None:
             store = UnshardedChunkStore(
                 kv, grid, max_chunk, chunk_nbytes=math.prod(grid.chunk_shape) * meta.dtype.itemsize
             )
+            box_reader = RawFileReader.for_scale(kv, grid, codec)
         else:
             store = ShardedChunkStore(
                 kv, grid, self._spec, self._options["compress_level"], max_chunk,
                 chunk_nbytes=math.prod(grid.chunk_shape) * meta.dtype.itemsize,
             )
-        codec = scale_codec(scale, meta.dtype, c, jpeg_quality=self._options["jpeg_quality"])
+            box_reader = RawShardReader.for_scale(store, codec)
         self._array = ChunkedArray(
             grid=grid,
             dtype=meta.dtype,
@@ -165,7 +169,7 @@ class Volume(AsyncMethods):
             fill_value=_fill_value(self._options["fill_value"], meta.dtype, self.url),
             fill_missing=self._options["fill_missing"],
             parallel=int(self._options["parallel"] or 0),
-            box_reader=RawFileReader.for_scale(kv, grid, codec) if self._spec is None else None,
+            box_reader=box_reader,
             cache=(shared_cache((self._kv.url, scale.key), self._options["cache_bytes"])
                    if self._options["cache_bytes"] else None),
         )

@@ -1,5 +1,5 @@
-"""Boxes of the zstd or gzip inner chunks of local shards decoded straight into a read's
-output.
+"""Boxes of the inner chunks of local shards (zstd, gzip or uncompressed) decoded straight
+into a read's output.
 
 A cutout of a few dozen chunks spends as much time in Python per chunk (fetching its
 bytes, handing them to a decoder, placing the box) as zstd takes to decode it, and that
@@ -14,7 +14,6 @@ a corrupt index) is left to the engine's general path, which fills or reports it
 from __future__ import annotations
 
 import os
-import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,17 +27,6 @@ from shardvol.zarr3.sharding import ShardIndex
 if TYPE_CHECKING:
     from shardvol.zarr3.chunkstore import ZarrChunkStore
 
-_local = threading.local()
-
-
-def _reader() -> chunkbox.Reader:
-    """This thread's decompressors (with buffers they keep between reads)."""
-    reader = getattr(_local, "reader", None)
-    if reader is None:
-        reader = _local.reader = chunkbox.Reader()
-    return reader
-
-
 class ShardBoxReader:
     """Reads boxes of the inner chunks of one sharded Zarr array stored as local files."""
 
@@ -49,18 +37,19 @@ class ShardBoxReader:
     @classmethod
     def for_store(cls, store: ZarrChunkStore) -> ShardBoxReader | None:
         """A reader if ``store``'s shards are local files and its inner chunks are items in
-        this host's byte order compressed whole (codecs "bytes" then "zstd" or "gzip", of
-        at most 4 dimensions); else None."""
+        this host's byte order, compressed whole or not (codecs "bytes", then "zstd",
+        "gzip" or none; at most 4 dimensions); else None."""
         layout = store.layout
         if layout is None or not store.kv.local or len(store.chunk_shape) > 4:
             return None
         codecs = [c.name for c in layout.inner.codecs]
-        if (len(codecs) != 2 or codecs[0] != "bytes" or codecs[1] not in chunkbox.CODECS
-                or not layout.inner.decodes_in_place):
+        codec = {("bytes",): "raw", ("bytes", "zstd"): "zstd", ("bytes", "gzip"): "gzip"}.get(
+            tuple(codecs))
+        if codec is None or not layout.inner.decodes_in_place:
             return None
         if store.kv.file_path(store.unit_of((0,) * len(store.chunk_shape))) is None:
             return None
-        return cls(store, codecs[1])
+        return cls(store, codec)
 
     def read_into(self, parts: list[ChunkPart], out: np.ndarray) -> list[ChunkPart]:
         """Decode the boxes of ``parts`` into ``out``; returns the parts left to the caller."""
@@ -91,15 +80,14 @@ class ShardBoxReader:
                         left.append(p)  # (missing: filled; past the end: an error, there)
                         continue
                     spans.append((fd, span[0], span[1] - span[0]))
-                    boxes.append([*(s.start for s in p.chunk_sel),
+                    boxes.append([*store.chunk_shape, *(s.start for s in p.chunk_sel),
                                   *(s.stop - s.start for s in p.chunk_sel),
                                   *(s.start for s in p.out_sel)])
                     names.append(name)
                     placed.append(p)
             if placed:
                 status = chunkbox.read_boxes(
-                    _reader(), self.codec, np.array(spans, np.int64).reshape(-1, 3),
-                    store.chunk_shape,
+                    chunkbox.thread_reader(), self.codec, np.array(spans, np.int64).reshape(-1, 3),
                     np.array(boxes, np.int64).reshape(len(placed), -1), out, names)
                 left.extend(p for p, s in zip(placed, status) if s != 0)
         finally:

@@ -5,10 +5,10 @@
  *       csrc/chunkbox.c csrc/transpose.c -lzstd -ldeflate -o /tmp/fuzz_chunkbox && \
  *       /tmp/fuzz_chunkbox 20000 /tmp/chunk
  *
- * Each round compresses a chunk of random shape (C order, up to 4 axes, some of several
- * zstd blocks), item size and contents with zstd or gzip (libdeflate), writes it at a
- * random offset of a file
- * (a third of the rounds damage it: bit flips, a truncation, a wrong length or garbage),
+ * Each round encodes a chunk of random shape (C order, up to 4 axes, some of several zstd
+ * blocks), item size and contents with zstd, gzip (libdeflate) or not at all, writes it at
+ * a random offset of a file (a third of the rounds damage it: bit flips, a truncation, a
+ * wrong length or garbage),
  * and reads a random box of it into an output of random padding, C or Fortran order.
  * Intact frames must be read and every item of the box must match; damaged ones may be
  * read or left to the caller, never anything else.  Exits non-zero on failure. */
@@ -45,13 +45,16 @@ int main(int argc, char **argv) {
         unsigned char *data = malloc(n);
         const unsigned levels = (unsigned)rnd_in(1, 200); /* few values compress well */
         for (int64_t i = 0; i < n; ++i) data[i] = (unsigned char)(rnd() % levels);
-        const int codec = rnd() % 2 ? SV_BOX_ZSTD : SV_BOX_GZIP;
+        const int codec = (int[]){SV_BOX_ZSTD, SV_BOX_GZIP, SV_BOX_NONE}[rnd() % 3];
         size_t bound = ZSTD_compressBound((size_t)n) + libdeflate_gzip_compress_bound(NULL, (size_t)n);
         unsigned char *frame = malloc(bound + 64);
         size_t len;
         if (codec == SV_BOX_ZSTD) {
             len = ZSTD_compress(frame, bound, data, (size_t)n, (int)rnd_in(1, 5));
             if (ZSTD_isError(len)) { fprintf(stderr, "compress\n"); return 1; }
+        } else if (codec == SV_BOX_NONE) {
+            memcpy(frame, data, (size_t)n);
+            len = (size_t)n;
         } else {
             const int level = (int)rnd_in(0, 12);
             if (deflater[level] == NULL) deflater[level] = libdeflate_alloc_compressor(level);
@@ -98,7 +101,7 @@ int main(int argc, char **argv) {
     unsigned char byte;
     int err = 0;
     if (sv_box_read(reader, SV_BOX_ZSTD, -1, 0, 16, 1, one, zero, one, &byte, st, &err) != SV_ERR_IO || err == 0) { fprintf(stderr, "bad fd\n"); return 1; }
-    if (sv_box_read(reader, 3, -1, 0, 16, 1, one, zero, one, &byte, st, &err) != SV_ERR_ARGUMENT) { fprintf(stderr, "codec check\n"); return 1; }
+    if (sv_box_read(reader, 9, -1, 0, 16, 1, one, zero, one, &byte, st, &err) != SV_ERR_ARGUMENT) { fprintf(stderr, "codec check\n"); return 1; }
     sv_box_reader_free(reader);
     for (int i = 0; i < 13; ++i) if (deflater[i] != NULL) libdeflate_free_compressor(deflater[i]);
     printf("%ld read, %ld left to the generic path\n", ok, other);
