@@ -12,8 +12,8 @@ zstd segmentation (``--all`` adds gzip segmentation).  Operations: a full-array 
 ("read"), 24 random 100^3 boxes read one after another from one fresh handle ("cut";
 C order, as each library reads by default), a full-array write.  The libraries run
 interleaved (one round = each library once) so that load from elsewhere
-affects them alike; each figure is the best of ``--repeat`` rounds on a local
-disk (page cache warm).  MB/s are of uncompressed data; ``xN`` is shardvol's
+affects them alike; each figure is the best of ``--repeat`` rounds (cutouts, some 50 ms
+each: 4 rounds per repeat) on a local disk (page cache warm).  MB/s are of uncompressed data; ``xN`` is shardvol's
 speed-up.  Run: python benchmarks/bench_zarr3.py
 """
 
@@ -37,6 +37,7 @@ CODECS: dict[str, Codec] = {"zstd": ZstdCodec(level=3), "gzip": GzipCodec(level=
 PEERS = ("tensorstore", "zarr-python")
 N_CUTOUTS = 24
 CUTOUT = 100
+CUTOUT_ROUNDS = 4  # rounds of cutouts per --repeat
 
 
 def image(shape) -> np.ndarray:
@@ -199,9 +200,9 @@ def main() -> None:
             want = [data[box] for box in boxes]
             for f in CUTOUT_READERS.values():
                 assert all(np.array_equal(a, b) for a, b in zip(f(source, boxes), want))
-            c = interleaved(
+            c = interleaved(  # (a cell of some 50 ms: more rounds for as steady a best)
                 {k: (lambda f=f, s=source, b=boxes: f(s, b)) for k, f in CUTOUT_READERS.items()},
-                args.repeat,
+                CUTOUT_ROUNDS * args.repeat,
             )
             cut_mb = sum(a.nbytes for a in want) / 1e6
             for what, t, size in (("read", r, mb), ("cut", c, cut_mb), ("write", w, mb)):
