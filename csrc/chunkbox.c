@@ -44,6 +44,19 @@ void sv_box_reader_free(sv_box_reader *r) {
     free(r);
 }
 
+void sv_box_reader_trim(sv_box_reader *r, size_t keep) {
+    if (r->src_cap > keep) {
+        free(r->src);
+        r->src = NULL;
+        r->src_cap = 0;
+    }
+    if (r->chunk_cap > keep) {
+        free(r->chunk);
+        r->chunk = NULL;
+        r->chunk_cap = 0;
+    }
+}
+
 /* *buf holds at least n bytes (grown, contents dropped); 0 without memory. */
 static int reserve(uint8_t **buf, size_t *cap, size_t n) {
     if (*cap >= n) return 1;

@@ -38,6 +38,10 @@ typedef struct sv_box_reader sv_box_reader;
 sv_box_reader *sv_box_reader_new(void);
 void sv_box_reader_free(sv_box_reader *reader);
 
+/* Free the reader's buffers that hold more than `keep` bytes (a thread that read a few
+ * huge chunks need not keep their room). */
+void sv_box_reader_trim(sv_box_reader *reader, size_t keep);
+
 /* Read the `length` bytes at `offset` of the open file `fd`, decode them (`codec`) as the
  * chunk described above, and copy its box [origin, origin + count) into `out`, whose item
  * (i, j, k, l) of the box is at out + i*out_strides[0] + ... + l*out_strides[3] (byte

@@ -4,6 +4,7 @@ array (csrc/chunkbox.h)."""
 import numpy as np
 
 OTHER: int
+KEEP_BYTES: int
 CODECS: dict[str, int]
 
 class Reader:

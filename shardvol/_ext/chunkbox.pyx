@@ -13,7 +13,7 @@ from libc.stdint cimport int64_t, uint8_t
 from shardvol._ext.csrc cimport SV_OK, SV_ERR_IO
 from shardvol._ext.csrc_chunkbox cimport (
     SV_BOX_GZIP, SV_BOX_NONE, SV_BOX_OTHER, SV_BOX_ZSTD, sv_box_read, sv_box_reader, sv_box_reader_free,
-    sv_box_reader_new,
+    sv_box_reader_new, sv_box_reader_trim,
 )
 from shardvol.errors import InvalidArgumentError, StoreError
 
@@ -21,6 +21,9 @@ cnp.import_array()
 
 #: read_boxes status besides 0 (read)
 OTHER = SV_BOX_OTHER
+#: A thread's reader keeps buffers of at most this many bytes from one read to the next.
+cdef size_t _KEEP_BYTES = 16 << 20
+KEEP_BYTES = _KEEP_BYTES
 #: the codecs read_boxes decodes, by their Zarr names ("raw": the items as they are)
 CODECS = {"zstd": SV_BOX_ZSTD, "gzip": SV_BOX_GZIP, "raw": SV_BOX_NONE}
 
@@ -42,7 +45,8 @@ _local = threading.local()
 
 
 def thread_reader():
-    """This thread's Reader (its buffers kept from one read to the next)."""
+    """This thread's Reader (its buffers kept from one read to the next, up to KEEP_BYTES
+    each)."""
     reader = getattr(_local, "reader", None)
     if reader is None:
         reader = _local.reader = Reader()
@@ -109,6 +113,7 @@ def read_boxes(Reader reader not None, str codec, const int64_t[:, ::1] spans,
             if rc < 0:
                 break
             st[i] = rc
+        sv_box_reader_trim(reader.r, _KEEP_BYTES)
     if rc == SV_ERR_IO:
         raise StoreError(f"cannot read {names[i]}: {os.strerror(err_no)}")
     if rc < 0:

@@ -95,6 +95,7 @@ int main(int argc, char **argv) {
             if (!damage) { fprintf(stderr, "intact frame refused at round %ld\n", it); return 1; }
         } else { fprintf(stderr, "rc %d at round %ld\n", rc, it); return 1; }
         free(data); free(frame); free(out);
+        if (rnd() % 16 == 0) sv_box_reader_trim(reader, rnd_in(0, 1 << 16)); /* buffers again */
     }
     /* an unreadable descriptor is an I/O error, with its errno */
     int64_t one[4] = {1, 1, 1, 1}, zero[4] = {0, 0, 0, 0}, st[4] = {1, 1, 1, 1};
