@@ -13,8 +13,8 @@ zstd segmentation (``--all`` adds gzip segmentation).  Operations: a full-array 
 C order, as each library reads by default), a full-array write.  The libraries run
 interleaved (one round = each library once) so that load from elsewhere
 affects them alike; each figure is the best of ``--repeat`` rounds (cutouts, some 50 ms
-each: 4 rounds per repeat) on a local disk (page cache warm).  MB/s are of uncompressed data; ``xN`` is shardvol's
-speed-up.  Run: python benchmarks/bench_zarr3.py
+each: 4 rounds per repeat) on a local disk (page cache warm).  MB/s are of uncompressed
+data; ``xN`` is shardvol's speed-up.  Run: python benchmarks/bench_zarr3.py
 """
 
 from __future__ import annotations
