@@ -17,6 +17,14 @@ def data_path(*parts: str) -> str:
     return os.path.join(TESTDATA, *parts)
 
 
+def random_values(shape, dtype, rng: np.random.Generator) -> np.ndarray:
+    """Random values over the whole range of ``dtype`` (normal ones for floats)."""
+    if np.dtype(dtype).kind == "f":
+        return rng.normal(size=shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+
+
 def ts_open(path: str, scale_index: int = 0, **extra) -> ts.TensorStore:
     """TensorStore view of a local precomputed volume (domain in global voxel coordinates)."""
     spec = {

@@ -3,18 +3,12 @@ and reads large enough to take that path equal to TensorStore's data and reads."
 
 from __future__ import annotations
 
-import shlex
-import subprocess
-import sysconfig
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from shardvol import Volume
+from tests.c_checkers import run_checker
 from tests.oracles import ts_create, ts_open
-
-ROOT = Path(__file__).resolve().parents[1]
 
 #: csrc/copybox.h SV_STREAM_MIN_SPAN: boxes spanning this many output bytes are streamed
 STREAM_MIN_SPAN = 2 << 20
@@ -24,15 +18,9 @@ def test_c_copy_checker(tmp_path):
     """tests/c/check_copybox.c: random boxes, item sizes, strides and destination alignments
     copied exactly with and without streaming; spans exact.  Run it under ASan for long
     sessions (see the file)."""
-    exe = tmp_path / "check_copybox"
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    subprocess.run([*cc, "-std=c99", "-O1", f"-I{ROOT / 'csrc'}",
-                    str(ROOT / "tests/c/check_copybox.c"), "-o", str(exe)], check=True)
-    run = subprocess.run([str(exe), "5000"], capture_output=True, text=True, check=False,
-                         timeout=120)
-    assert run.returncode == 0, run.stderr
-    rounds, streamed = int(run.stdout.split()[0]), int(run.stdout.split()[2])
-    assert rounds == 5000 and streamed > 10_000, run.stdout
+    out = run_checker(tmp_path, "check_copybox", [], ["5000"])
+    rounds, streamed = int(out.split()[0]), int(out.split()[2])
+    assert rounds == 5000 and streamed > 10_000, out
 
 
 def _data(shape, dtype, rng) -> np.ndarray:

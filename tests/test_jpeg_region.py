@@ -6,11 +6,7 @@ naming the chunk, never garbage or a crash."""
 from __future__ import annotations
 
 import io
-import shlex
-import subprocess
-import sysconfig
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import imagecodecs
 import numpy as np
@@ -24,9 +20,8 @@ from shardvol._ext import _jpeg
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError
 from shardvol.precomputed.codecs import get_codec
 
+from .c_checkers import run_checker
 from .oracles import ts_create, ts_open
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def chunk_data(shape, seed=0) -> np.ndarray:
@@ -223,16 +218,10 @@ def test_c_differential_fuzzer(tmp_path):
     in every mode it has (arithmetic coding too, which no Python encoder writes), random boxes
     in random layouts equal libjpeg's whole-image decode; mutated streams decode or fail with
     SV_ERR_CORRUPT.  Run it under ASan for long sessions (see the file)."""
-    exe = tmp_path / "fuzz_jpeg"
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     # boxes spanning 4 KiB or more of their output are streamed (copybox.h): both paths taken
-    subprocess.run([*cc, "-std=c99", "-O1", "-DSV_STREAM_MIN_SPAN=4096", f"-I{ROOT / 'csrc'}",
-                    str(ROOT / "tests/c/fuzz_jpeg.c"), str(ROOT / "csrc/jpeg.c"), "-ljpeg",
-                    "-o", str(exe)], check=True)
-    run = subprocess.run([str(exe), "300"], capture_output=True, text=True, timeout=120,
-                         check=False)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith("300 chunks, 3600 boxes exact"), run.stdout
+    out = run_checker(tmp_path, "fuzz_jpeg", ["jpeg.c"], ["300"], libs=("jpeg",),
+                      defines=("SV_STREAM_MIN_SPAN=4096",))
+    assert out.startswith("300 chunks, 3600 boxes exact"), out
 
 
 # ---- corrupt, truncated and foreign data ------------------------------------------------------

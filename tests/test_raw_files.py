@@ -8,10 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shlex
-import subprocess
-import sysconfig
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +18,8 @@ from shardvol import Volume
 from shardvol._ext import rawfile
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError, MissingChunkError
 from shardvol.precomputed.raw_files import RawFileReader
-from tests.oracles import ts_create
+from tests.c_checkers import run_checker
+from tests.oracles import random_values, ts_create
 
 
 def _ts_volume(path, data, offset, chunk):
@@ -33,13 +30,6 @@ def _ts_volume(path, data, offset, chunk):
     )
     store.write(data).result()
     return Volume(str(path))
-
-
-def _random(shape, dtype, rng):
-    if np.dtype(dtype).kind == "f":
-        return rng.normal(size=shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
 
 
 @settings(max_examples=25, deadline=None,
@@ -55,7 +45,7 @@ def _random(shape, dtype, rng):
 def test_random_boxes_match_tensorstore_data(tmp_path_factory, dtype, channels, shape, chunk,
                                              offset, seed):
     rng = np.random.default_rng(seed)
-    data = _random((*shape, channels), dtype, rng)
+    data = random_values((*shape, channels), dtype, rng)
     vol = _ts_volume(tmp_path_factory.mktemp("v"), data, offset, chunk)
     assert vol.chunked_array.box_reader is not None
     for _ in range(6):
@@ -186,16 +176,9 @@ def test_kernel_checks_its_arguments(tmp_path):
 def test_c_kernel_checker(tmp_path):
     """tests/c/fuzz_rawfile.c: random files, boxes and output layouts read exactly; odd files
     left to the caller; a short scratch buffer refused.  Run it under ASan for long sessions."""
-    root = Path(__file__).resolve().parents[1]
-    exe = tmp_path / "fuzz_rawfile"
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     # boxes spanning 4 KiB or more of their output are streamed (copybox.h): both paths taken
-    subprocess.run([*cc, "-std=c99", "-O1", "-DSV_STREAM_MIN_SPAN=4096", f"-I{root / 'csrc'}",
-                    str(root / "tests/c/fuzz_rawfile.c"), str(root / "csrc/rawfile.c"), "-o",
-                    str(exe)], check=True)
-    run = subprocess.run([str(exe), "3000", str(tmp_path / "chunk")], capture_output=True,
-                         check=False, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    words = run.stdout.split()  # "<n> read, <m> left to the generic path"
+    out = run_checker(tmp_path, "fuzz_rawfile", ["rawfile.c"], ["3000", str(tmp_path / "chunk")],
+                      defines=("SV_STREAM_MIN_SPAN=4096",))
+    words = out.split()  # "<n> read, <m> left to the generic path"
     read, left = int(words[0]), int(words[2])
-    assert read + left == 3000 and read > 1500 and left > 500, run.stdout
+    assert read + left == 3000 and read > 1500 and left > 500, out

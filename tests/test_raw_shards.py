@@ -17,7 +17,7 @@ from shardvol import Volume
 from shardvol.array.indexing import chunk_parts
 from shardvol.errors import ShardvolError
 from shardvol.precomputed.raw_shards import RawShardReader
-from tests.oracles import ts_create
+from tests.oracles import random_values, ts_create
 
 
 def _spec(data_encoding: str, preshift: int = 1) -> dict:
@@ -36,13 +36,6 @@ def _ts_volume(path, data, offset, chunk, data_encoding="gzip", preshift=1):
     return store
 
 
-def _random(shape, dtype, rng):
-    if np.dtype(dtype).kind == "f":
-        return rng.normal(size=shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
-
-
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
@@ -57,7 +50,7 @@ def _random(shape, dtype, rng):
 def test_random_boxes_match_tensorstore(tmp_path_factory, dtype, channels, shape, chunk,
                                         offset, data_encoding, seed):
     rng = np.random.default_rng(seed)
-    data = _random((*shape, channels), dtype, rng)
+    data = random_values((*shape, channels), dtype, rng)
     path = tmp_path_factory.mktemp("v")
     oracle = _ts_volume(path, data, offset, chunk, data_encoding)
     vol = Volume(str(path))

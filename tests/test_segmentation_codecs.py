@@ -7,10 +7,7 @@ read back by TensorStore; shardvol's compresso decoder (csrc/compresso.c) under 
 from __future__ import annotations
 
 import gzip
-import shlex
-import subprocess
 import sys
-import sysconfig
 import warnings
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from shardvol.cli import main
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError, InfoError, UnsupportedCodecError
 from shardvol.precomputed.codecs import get_codec
 from shardvol.sharding import ShardingSpec, shard_shape
+from tests.c_checkers import run_checker
 from tests.oracles import cv_read, ts_read
 
 ENCODINGS = ("compresso", "crackle")
@@ -385,7 +383,6 @@ def test_compresso_decoder_under_mutation(tmp_path):
     """tests/c/fuzz_compresso.c on streams of the compresso package (all label widths, both
     format versions, both connectivities): mutated streams decode or are refused.  Built here
     with the sanitizers when the compiler has them; run it longer by hand (see the file)."""
-    root = Path(__file__).resolve().parents[1]
     seeds = []
     for i, (dtype, kw) in enumerate([
         ("uint8", {}), ("uint16", {"random_access_z_index": False}),
@@ -395,20 +392,10 @@ def test_compresso_decoder_under_mutation(tmp_path):
         seed = tmp_path / f"seed{i}"
         seed.write_bytes(f"13 9 {5 + i} {a.itemsize}\n".encode() + compresso.compress(a, **kw))
         seeds.append(str(seed))
-    exe = tmp_path / "fuzz_compresso"
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    build = [*cc, "-std=c99", "-O1", "-g", f"-I{root / 'csrc'}",
-             str(root / "tests/c/fuzz_compresso.c"), str(root / "csrc/compresso.c"), "-o",
-             str(exe)]
-    sanitized = subprocess.run([*build, "-fsanitize=address,undefined",
-                                "-fno-sanitize-recover=all"], capture_output=True, check=False)
-    if sanitized.returncode != 0:
-        subprocess.run(build, check=True)
-    run = subprocess.run([str(exe), "4000", *seeds], capture_output=True, check=False,
-                         text=True, timeout=240)
-    assert run.returncode == 0, run.stderr
-    decoded, refused = int(run.stdout.split()[0]), int(run.stdout.split()[2])
-    assert decoded + refused == 4000 and decoded > 200 and refused > 2000, run.stdout
+    out = run_checker(tmp_path, "fuzz_compresso", ["compresso.c"], ["4000", *seeds],
+                      sanitize=True, timeout=240)
+    decoded, refused = int(out.split()[0]), int(out.split()[2])
+    assert decoded + refused == 4000 and decoded > 200 and refused > 2000, out
 
 
 def test_compresso_chunk_larger_than_its_header_holds():

@@ -7,10 +7,6 @@ TensorStore writes the arrays; every read is compared with what TensorStore read
 from __future__ import annotations
 
 import os
-import shlex
-import subprocess
-import sysconfig
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +20,7 @@ from shardvol.array.indexing import chunk_parts
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError, ShardFormatError, StoreError
 from shardvol.zarr3 import create_metadata
 from shardvol.zarr3.box_reader import ShardBoxReader
+from tests.c_checkers import run_checker
 
 
 def _ts_array(path, data, shard, inner, codecs=None, index_location="end", fill_value=0):
@@ -212,20 +209,10 @@ def test_c_kernel_checker(tmp_path):
     boxes and output layouts read exactly; damaged data read or left to the caller, never a
     crash.  Built
     with the sanitizers when the compiler has them; run it longer by hand (see the file)."""
-    root = Path(__file__).resolve().parents[1]
-    exe = tmp_path / "fuzz_chunkbox"
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    build = [*cc, "-std=c99", "-O1", "-g", f"-I{root / 'csrc'}",
-             str(root / "tests/c/fuzz_chunkbox.c"), str(root / "csrc/chunkbox.c"),
-             str(root / "csrc/transpose.c"), "-o", str(exe), "-lzstd", "-ldeflate"]
-    sanitized = subprocess.run([*build, "-fsanitize=address,undefined",
-                                "-fno-sanitize-recover=all"], capture_output=True, check=False)
-    if sanitized.returncode != 0:
-        subprocess.run(build, check=True)
-    run = subprocess.run([str(exe), "3000", str(tmp_path / "chunk")], capture_output=True,
-                         check=False, text=True, timeout=240)
-    assert run.returncode == 0, run.stderr
-    words = run.stdout.split()  # "<n> read, <m> left to the generic path"
+    out = run_checker(tmp_path, "fuzz_chunkbox", ["chunkbox.c", "transpose.c"],
+                      ["3000", str(tmp_path / "chunk")], libs=("zstd", "deflate"), sanitize=True,
+                      timeout=240)
+    words = out.split()  # "<n> read, <m> left to the generic path"
     read, left = int(words[0]), int(words[2])
-    assert read + left == 3000 and read > 1800 and left > 400, run.stdout
+    assert read + left == 3000 and read > 1800 and left > 400, out
 
