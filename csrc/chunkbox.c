@@ -77,14 +77,25 @@ static int inflate_whole(struct libdeflate_decompressor *d, const uint8_t *src, 
     return rc == LIBDEFLATE_SUCCESS && got == total && used == n ? SV_OK : SV_BOX_OTHER;
 }
 
+/* Whether src[0, n) is one whole zstd frame without a content checksum: its blocks'
+ * headers (walked, not decoded) end exactly at n, and the Content_Checksum_flag (bit 2 of
+ * the frame header descriptor after the 4-byte magic number, RFC 8878) is clear.  Only
+ * such a frame may be decoded in part: a truncated one, or a checksum, is checked by
+ * decoding it whole. */
+static int prefix_decodable(const uint8_t *src, size_t n) {
+    return n > 4 && (src[4] & 0x04) == 0 && ZSTD_findFrameCompressedSize(src, n) == n;
+}
+
 /* Decode the first `want` bytes of the frame src[0, n) into dst; SV_OK or SV_BOX_OTHER.
  * The whole chunk (want == total) is decoded in one call, which also checks that the
- * frame holds exactly `total` bytes; a prefix is streamed, stopping at `want`. */
+ * frame holds exactly `total` bytes (and its checksum, if it has one); a prefix is
+ * streamed, stopping at `want` (the blocks after it, not decoded, are not checked). */
 static int decode_prefix(ZSTD_DCtx *dctx, const uint8_t *src, size_t n, uint8_t *dst,
                          size_t want, size_t total) {
     const unsigned long long declared = ZSTD_getFrameContentSize(src, n);
     if (declared == ZSTD_CONTENTSIZE_ERROR) return SV_BOX_OTHER;
     if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != total) return SV_BOX_OTHER;
+    if (want < total && !prefix_decodable(src, n)) want = total;
     if (want == total) {
         const size_t got = ZSTD_decompressDCtx(dctx, dst, total, src, n);
         return ZSTD_isError(got) || got != total ? SV_BOX_OTHER : SV_OK;
@@ -138,14 +149,20 @@ int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t len
     if (offset < 0 || length < 1 || (size_t)length > longest ||
         (codec == SV_BOX_NONE && (size_t)length != total))
         return SV_BOX_OTHER; /* no encoding of this chunk is that long: the caller's to check */
-    if (!reserve(&r->src, &r->src_cap, (size_t)length)) return SV_BOX_OTHER;
-    const int got = sv_pread_exact(fd, r->src, length, offset);
+    /* items as they are: only the bytes from the box's first item to its last are read */
+    size_t first = 0;
+    if (codec == SV_BOX_NONE)
+        for (int d = 0; d < 4; d++) first += (size_t)origin[d] * (size_t)chunk_strides[d];
+    const size_t span = codec == SV_BOX_NONE ? last + (size_t)itemsize - first : (size_t)length;
+    if (!reserve(&r->src, &r->src_cap, span)) return SV_BOX_OTHER;
+    const int got = sv_pread_exact(fd, r->src, (int64_t)span, offset + (int64_t)first);
     if (got < 0) {
         *err_no = errno;
         return SV_ERR_IO;
     }
     if (got > 0) return SV_BOX_OTHER; /* the file ends first */
-    if (codec == SV_BOX_NONE) return copy_box(r->src, origin, chunk_strides, out, dst_strides, n, itemsize);
+    if (codec == SV_BOX_NONE)
+        return sv_copy_transposed(r->src, chunk_strides, out, dst_strides, n, (size_t)itemsize);
     if (whole && c_contiguous)
         return codec == SV_BOX_ZSTD
                    ? decode_prefix(r->dctx, r->src, (size_t)length, out, total, total)

@@ -6,8 +6,12 @@
  * fastest; arrays of fewer axes have leading axes of 1; a Fortran-ordered chunk is this
  * with its axes reversed), in the host's byte order, as one zstd frame, one gzip member
  * or as they are.  A zstd frame is decoded only up to the box's last item when that skips
- * at least half of a chunk of several blocks (zstd writes blocks of at most 128 KiB); a
- * gzip member is inflated whole (libdeflate).
+ * at least half of a chunk of several blocks (zstd writes blocks of at most 128 KiB) and
+ * the frame is whole (its block headers end at the span's end) without a checksum: the
+ * blocks after the box are then not decoded, so damage inside them goes unnoticed, as it
+ * does in a frame without a checksum decoded whole unless it breaks the decoding.  A gzip
+ * member is inflated whole (libdeflate, which checks its CRC); of items stored as they
+ * are, only the bytes from the box's first item to its last are read.
  *
  * Spans this kernel does not decode (data of another format or size, short or corrupt
  * data, a file shorter than the span) leave `out` to the caller, who decodes the chunk

@@ -7,7 +7,9 @@ TensorStore writes the arrays; every read is compared with what TensorStore read
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import crc32c
 import numpy as np
 import pytest
 import tensorstore as ts
@@ -137,6 +139,51 @@ def test_damaged_chunks_are_errors_as_before(tmp_path, codec):
     shard.write_bytes(bytes(raw[:2000]))  # index gone: a shard shorter than its entries
     with pytest.raises(ShardFormatError):
         zarr3.open(str(tmp_path), mode="r")[0:4, 0:4, 0:4]
+
+
+def _first_chunk(shard: Path, n: int = 2) -> tuple[bytearray, int, int]:
+    """The bytes of a shard of ``n`` inner chunks, and where its chunk 0 lies (the index at
+    the end, with its crc32c)."""
+    raw = bytearray(shard.read_bytes())
+    index = np.frombuffer(bytes(raw[-16 * n - 4:-4]), "<u8").reshape(n, 2)
+    return raw, int(index[0, 0]), int(index[0, 1])
+
+
+def test_a_prefix_is_read_only_from_whole_frames_without_checksums(tmp_path):
+    """A box in the first half of a chunk decodes only its first blocks, unless the frame
+    has a checksum (damage after the box then still fails the read, as TensorStore's does)
+    or is cut short (its blocks' headers do not end where its span does)."""
+    rng = np.random.default_rng(6)
+    data = rng.integers(0, 250, (64, 64, 64), dtype=np.uint8)  # two zstd blocks per chunk
+    box = (slice(0, 8), slice(0, 8), slice(0, 8))
+    checksum = {"name": "zstd", "configuration": {"level": 3, "checksum": True}}
+    _ts_array(tmp_path / "sum", data, (64, 64, 128), (64, 64, 64), codecs=[checksum])
+    _ts_array(tmp_path / "cut", data, (64, 64, 128), (64, 64, 64))
+    shard = tmp_path / "sum" / "c" / "0" / "0" / "0"
+    raw, start, length = _first_chunk(shard)
+    raw[start + length - 1] ^= 0xFF  # the checksum's last byte
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(ChunkDecodeError, match="checksum"):
+        zarr3.open(str(tmp_path / "sum"), mode="r")[box]
+    shard = tmp_path / "cut" / "c" / "0" / "0" / "0"
+    raw, start, length = _first_chunk(shard)
+    table = np.frombuffer(bytes(raw[-2 * 16 - 4:-4]), "<u8").reshape(2, 2).copy()
+    table[0, 1] = length // 2  # the index gives the chunk half its frame
+    raw[-2 * 16 - 4:-4] = table.tobytes()
+    raw[-4:] = crc32c.crc32c(bytes(raw[-2 * 16 - 4:-4])).to_bytes(4, "little")
+    shard.write_bytes(bytes(raw))
+    cut = zarr3.open(str(tmp_path / "cut"), mode="r")
+    assert [p.coord for p in _handled(cut, box)[0]] == [(0, 0, 0)]
+    with pytest.raises(ChunkDecodeError):
+        cut[box]
+    np.testing.assert_array_equal(cut[:, :, 64:], data[:, :, 64:])  # the other chunk
+
+
+def test_zero_dimensional_arrays_read_the_general_way(tmp_path):
+    arr = zarr3.create(str(tmp_path), (), "uint16", (), ())
+    arr[()] = 7
+    assert arr.chunked_array.box_reader is None
+    assert zarr3.open(str(tmp_path), mode="r")[()] == 7
 
 
 def test_a_replaced_shard_is_read_at_its_new_version(tmp_path):

@@ -13,12 +13,11 @@ which fills them, reads them again or raises the usual errors.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 
-from shardvol._ext import chunkbox
+from shardvol.array.box_batch import BoxBatch
 from shardvol.array.indexing import ChunkPart
 from shardvol.precomputed.codecs.base import ChunkEncoding
 from shardvol.precomputed.sharded import ShardedChunkStore
@@ -50,49 +49,15 @@ class RawShardReader:
         store = self.store
         codes = store.codes([p.coord for p in direct]).tolist()
         where = store.reader.locate(codes)
-        spans: list[tuple[int, int, int]] = []
-        rows: list[list[int]] = []
-        names: list[str] = []
-        placed: list[ChunkPart] = []
-        files: dict[str, tuple[int, int] | None] = {}  # file -> (descriptor, size) at its version
-        try:
+        # Fortran-ordered (x, y, z, channel) chunks and output: the kernel's C order reversed
+        with BoxBatch(store.kv, self.codec, fortran=True) as batch:
             for p, code in zip(direct, codes):
                 found = where.get(code)
-                opened = None if found is None else self._open(files, found[0], found[3])
-                if found is None or opened is None:
+                opened = None if found is None else batch.open(found[0])
+                if found is None or opened is None or opened[1] != found[3]:
                     left.append(p)  # (missing: filled; a replaced file: read again, there)
-                    continue
-                fd, size = opened
-                _, start, length, _ = found
-                if start + length > size:
-                    left.append(p)  # (an error, there)
-                    continue
-                spans.append((fd, start, length))
-                # Fortran-ordered (x, y, z, channel) chunks: C order with the axes reversed
-                rows.append([*reversed(store.grid.chunk_extent(p.coord)),
-                             *(s.start for s in reversed(p.chunk_sel)),
-                             *(s.stop - s.start for s in reversed(p.chunk_sel)),
-                             *(s.start for s in reversed(p.out_sel))])
-                names.append(f"{store.kv.url}/{found[0]}")
-                placed.append(p)
-            if placed:
-                status = chunkbox.read_boxes(
-                    chunkbox.thread_reader(), self.codec, np.array(spans, np.int64),
-                    np.array(rows, np.int64), out.T, names)
-                left.extend(p for p, s in zip(placed, status) if s != 0)
-        finally:
-            for opened in files.values():
-                if opened is not None:
-                    os.close(opened[0])
-        return left
-
-    def _open(self, files: dict[str, tuple[int, int] | None], key: str,
-              version: object) -> tuple[int, int] | None:
-        """``key``'s file opened (once per read) if it is still at ``version``."""
-        if key not in files:
-            opened = self.store.kv.open_file(key)
-            if opened is not None and opened[1] != version:
-                os.close(opened[0])
-                opened = None
-            files[key] = None if opened is None else (opened[0], opened[2])
-        return files[key]
+                elif found[1] + found[2] > opened[2]:
+                    left.append(p)  # (past the file's end: an error, there)
+                else:
+                    batch.add(p, found[0], found[1], found[2], store.grid.chunk_extent(p.coord))
+            return left + batch.read(out)

@@ -14,11 +14,12 @@ a corrupt index) is left to the engine's general path, which fills or reports it
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shardvol._ext import chunkbox
+from shardvol.array.box_batch import BoxBatch
 from shardvol.array.indexing import ChunkPart
 from shardvol.errors import ChunkDecodeError, ShardFormatError
 from shardvol.kvstore.shards import Versioned
@@ -26,6 +27,7 @@ from shardvol.zarr3.sharding import ShardIndex
 
 if TYPE_CHECKING:
     from shardvol.zarr3.chunkstore import ZarrChunkStore
+
 
 class ShardBoxReader:
     """Reads boxes of the inner chunks of one sharded Zarr array stored as local files."""
@@ -38,9 +40,9 @@ class ShardBoxReader:
     def for_store(cls, store: ZarrChunkStore) -> ShardBoxReader | None:
         """A reader if ``store``'s shards are local files and its inner chunks are items in
         this host's byte order, compressed whole or not (codecs "bytes", then "zstd",
-        "gzip" or none; at most 4 dimensions); else None."""
+        "gzip" or none; 1 to 4 dimensions); else None."""
         layout = store.layout
-        if layout is None or not store.kv.local or len(store.chunk_shape) > 4:
+        if layout is None or not store.kv.local or not 1 <= len(store.chunk_shape) <= 4:
             return None
         codecs = [c.name for c in layout.inner.codecs]
         codec = {("bytes",): "raw", ("bytes", "zstd"): "zstd", ("bytes", "gzip"): "gzip"}.get(
@@ -58,48 +60,23 @@ class ShardBoxReader:
         direct = {p.coord: p for p in parts if p.is_box}
         if not direct or out.dtype != store.codec.spec.dtype.newbyteorder("="):
             return parts
-        spans: list[tuple[int, int, int]] = []
-        boxes: list[list[int]] = []
-        names: list[str] = []
-        placed: list[ChunkPart] = []
-        fds: list[int] = []
-        try:
+        with BoxBatch(store.kv, self.codec) as batch:
             for key, coords in store.units(list(direct)).items():
-                opened = store.kv.open_file(key)
-                if opened is None:
-                    left.extend(direct[c] for c in coords)
-                    continue
-                fd, version, size = opened
-                fds.append(fd)
-                index = self._index(key, fd, version, size)
-                name = f"{store.kv.url}/{key}"
+                opened = batch.open(key)
+                index = None if opened is None else self._index(key, *opened)
                 for c in coords:
-                    p = direct[c]
-                    span = None if index is None else index.byte_range(store._linear(c))
-                    if span is None or span[1] > size:
-                        left.append(p)  # (missing: filled; past the end: an error, there)
-                        continue
-                    spans.append((fd, span[0], span[1] - span[0]))
-                    boxes.append([*store.chunk_shape, *(s.start for s in p.chunk_sel),
-                                  *(s.stop - s.start for s in p.chunk_sel),
-                                  *(s.start for s in p.out_sel)])
-                    names.append(name)
-                    placed.append(p)
-            if placed:
-                status = chunkbox.read_boxes(
-                    chunkbox.thread_reader(), self.codec, np.array(spans, np.int64).reshape(-1, 3),
-                    np.array(boxes, np.int64).reshape(len(placed), -1), out, names)
-                left.extend(p for p, s in zip(placed, status) if s != 0)
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return left
+                    span = None if index is None else index.byte_range(store.linear(c))
+                    if span is None or opened is None or span[1] > opened[2]:
+                        left.append(direct[c])  # (missing: filled; past the end: an error)
+                    else:
+                        batch.add(direct[c], key, span[0], span[1] - span[0], store.chunk_shape)
+            return left + batch.read(out)
 
-    def _index(self, key: str, fd: int, version: object, size: int) -> ShardIndex | None:
+    def _index(self, key: str, fd: int, version: Hashable, size: int) -> ShardIndex | None:
         """Shard ``key``'s index as of the open file ``fd`` (at ``version``): the cached one
         if it is of that version, else read from ``fd`` (and cached); None if it cannot
-        be read here (a file shorter than its index, a corrupt index: the general path
-        reports it)."""
+        be read here (a file shorter than its index, a corrupt index, an I/O error: the
+        general path reports it)."""
         store = self.store
         layout = store.layout
         assert layout is not None
@@ -113,11 +90,10 @@ class ShardBoxReader:
         offset = start if start >= 0 else size + start
         if offset < 0:
             return None
-        data = os.pread(fd, n, offset)
         try:
+            data = os.pread(fd, n, offset)
             index = layout.decode_index(data, f"{store.kv.url}/{key}", size)
-        except (ShardFormatError, ChunkDecodeError):
+        except (OSError, ShardFormatError, ChunkDecodeError):
             return None
         store.shard_index_cache[key] = Versioned(index, version)
         return index
-

@@ -169,7 +169,8 @@ class ZarrChunkStore(KVChunkStore[str]):
         inner = tuple(c % p for c, p in zip(coord, self._per_shard))
         return f"shard {unit} inner chunk {inner} (chunk {coord})"
 
-    def _linear(self, coord: ChunkCoord) -> int:
+    def linear(self, coord: ChunkCoord) -> int:
+        """The number of inner chunk ``coord`` in its shard (C order; the index's entry)."""
         assert self.layout is not None
         return self.layout.linear(coord)
 
@@ -302,7 +303,7 @@ class ZarrChunkStore(KVChunkStore[str]):
         layout = self.layout
         assert layout is not None
         keys = list(groups)
-        wanted = {k: {c: self._linear(c) for c in groups[k]} for k in keys}
+        wanted = {k: {c: self.linear(c) for c in groups[k]} for k in keys}
         whole = {k for k in keys if want_data and self._read_whole(k, len(set(wanted[k].values())))}
         indexes: dict[str, ShardIndex] = {}
         for key in keys:
@@ -443,9 +444,9 @@ class ZarrChunkStore(KVChunkStore[str]):
             shard = current if isinstance(current, _ShardContents) else self._read_shard(unit)
             chunks.update(shard.parts)
         for coord in delete:
-            chunks.pop(self._linear(tuple(coord)), None)
+            chunks.pop(self.linear(tuple(coord)), None)
         for coord, value in put.items():
-            chunks[self._linear(tuple(coord))] = value
+            chunks[self.linear(tuple(coord))] = value
         try:
             self._store_shard(unit, chunks, shard if shard is not None and shard.checked
                               else None)
@@ -487,5 +488,5 @@ class _ShardContents(UnitContents):
         self.version, self.checked = version, checked
 
     def chunks(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bytes | memoryview]:
-        found = ((c, self.parts.get(self.store._linear(c))) for c in coords)
+        found = ((c, self.parts.get(self.store.linear(c))) for c in coords)
         return {c: part for c, part in found if part is not None}

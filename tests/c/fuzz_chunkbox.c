@@ -10,8 +10,10 @@
  * a random offset of a file (a third of the rounds damage it: bit flips, a truncation, a
  * wrong length or garbage),
  * and reads a random box of it into an output of random padding, C or Fortran order.
- * Intact frames must be read and every item of the box must match; damaged ones may be
- * read or left to the caller, never anything else.  Exits non-zero on failure. */
+ * Intact data must be read and every item of the box must match; damaged data may be
+ * read or left to the caller, never anything else: truncated zstd and gzip data are always
+ * left, and damaged data read from a gzip member or a zstd frame with a checksum must still
+ * match (the damage missed what the box needs).  Exits non-zero on failure. */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,6 +34,7 @@ int main(int argc, char **argv) {
     sv_box_reader *reader = sv_box_reader_new();
     if (reader == NULL) return 1;
     struct libdeflate_compressor *deflater[13] = {0};
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
     for (long it = 0; it < iters; ++it) {
         int64_t isz = (int64_t[]){1, 2, 4, 8}[rnd() % 4];
         int64_t shape[4], origin[4], count[4], n = isz;
@@ -49,8 +52,12 @@ int main(int argc, char **argv) {
         size_t bound = ZSTD_compressBound((size_t)n) + libdeflate_gzip_compress_bound(NULL, (size_t)n);
         unsigned char *frame = malloc(bound + 64);
         size_t len;
+        int checked = codec == SV_BOX_GZIP; /* damage is found, or the data are intact */
         if (codec == SV_BOX_ZSTD) {
-            len = ZSTD_compress(frame, bound, data, (size_t)n, (int)rnd_in(1, 5));
+            checked = (int)(rnd() % 2); /* a content checksum in half the frames */
+            ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, (int)rnd_in(1, 5));
+            ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, checked);
+            len = ZSTD_compress2(cctx, frame, bound, data, (size_t)n);
             if (ZSTD_isError(len)) { fprintf(stderr, "compress\n"); return 1; }
         } else if (codec == SV_BOX_NONE) {
             memcpy(frame, data, (size_t)n);
@@ -64,7 +71,7 @@ int main(int argc, char **argv) {
         const int damage = rnd() % 3 == 0 ? (int)rnd_in(1, 4) : 0;
         int64_t stored_len = (int64_t)len;
         if (damage == 1) for (int k = 0; k < 3; ++k) frame[rnd() % len] ^= (unsigned char)(1u << (rnd() % 8));
-        if (damage == 2) stored_len = (int64_t)rnd_in(1, len);
+        if (damage == 2) stored_len = (int64_t)rnd_in(1, len - 1);
         if (damage == 3) stored_len = (int64_t)len + (int64_t)rnd_in(1, 64);
         if (damage == 4) for (size_t i = 0; i < len; ++i) frame[i] = (unsigned char)rnd();
         const int64_t at = (int64_t)rnd_in(0, 100);
@@ -84,7 +91,8 @@ int main(int argc, char **argv) {
         close(fd);
         if (rc == SV_OK) {
             ++ok;
-            if (!damage)
+            if (damage == 2 && codec != SV_BOX_NONE) { fprintf(stderr, "truncated data read at round %ld (codec %d, %lld of %zu bytes, checksum %d)\n", it, codec, (long long)stored_len, len, checked); return 1; }
+            if (!damage || checked)
                 for (int64_t a = 0; a < count[0]; ++a) for (int64_t b = 0; b < count[1]; ++b)
                 for (int64_t c = 0; c < count[2]; ++c) for (int64_t e = 0; e < count[3]; ++e) {
                     int64_t src = ((((origin[0] + a) * shape[1] + origin[1] + b) * shape[2] + origin[2] + c) * shape[3] + origin[3] + e) * isz;
@@ -105,6 +113,7 @@ int main(int argc, char **argv) {
     if (sv_box_read(reader, 9, -1, 0, 16, 1, one, zero, one, &byte, st, &err) != SV_ERR_ARGUMENT) { fprintf(stderr, "codec check\n"); return 1; }
     sv_box_reader_free(reader);
     for (int i = 0; i < 13; ++i) if (deflater[i] != NULL) libdeflate_free_compressor(deflater[i]);
+    ZSTD_freeCCtx(cctx);
     printf("%ld read, %ld left to the generic path\n", ok, other);
     return 0;
 }
