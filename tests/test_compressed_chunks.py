@@ -150,3 +150,17 @@ def test_reads_s3_objects_with_content_encoding(s3, monkeypatch, encoding, compr
         key = f"{vol.scale.key}/3-23_0-16_0-10"
         with pytest.raises(StoreError, match=r"Content-Encoding .*byte range"):
             vol.store.get(key, (0, 10))
+
+
+def test_copies_are_unlinked_in_one_call(tmp_path):
+    """unlink_absent_ok removes what exists, passes over what does not, and names the first
+    path it could not remove."""
+    from shardvol._ext.files import unlink_absent_ok
+
+    (tmp_path / "a.gz").write_bytes(b"x")
+    (tmp_path / "dir.br").mkdir()
+    unlink_absent_ok([str(tmp_path / "a.gz"), str(tmp_path / "absent.br"),
+                      str(tmp_path / "a.gz" / "below")])
+    assert not (tmp_path / "a.gz").exists()
+    with pytest.raises(OSError, match="dir.br"):
+        unlink_absent_ok([str(tmp_path / "absent.gz"), str(tmp_path / "dir.br")])

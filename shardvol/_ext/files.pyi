@@ -1,0 +1,3 @@
+"""File system calls made in a batch with the GIL released once."""
+
+def unlink_absent_ok(paths: list[str]) -> None: ...
