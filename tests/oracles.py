@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import tensorstore as ts
+from hypothesis import strategies as st
 
 # A copy of the project's shared/testdata (written by other implementations; see each SOURCE.txt)
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "testdata")
@@ -15,6 +16,18 @@ TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tes
 
 def data_path(*parts: str) -> str:
     return os.path.join(TESTDATA, *parts)
+
+
+#: Hypothesis strategies of a random volume: data type, channels, shape, chunk size,
+#: voxel offset and the seed of its values (see random_values).
+RANDOM_VOLUMES = {
+    "dtype": st.sampled_from(["uint8", "int16", "uint32", "float32", "uint64"]),
+    "channels": st.integers(1, 3),
+    "shape": st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(1, 30)),
+    "chunk": st.tuples(st.integers(1, 17), st.integers(1, 17), st.integers(1, 9)),
+    "offset": st.tuples(st.integers(-20, 20), st.integers(-20, 20), st.integers(-20, 20)),
+    "seed": st.integers(0, 2**32 - 1),
+}
 
 
 def random_values(shape, dtype, rng: np.random.Generator) -> np.ndarray:

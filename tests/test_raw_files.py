@@ -12,14 +12,13 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from shardvol import Volume
 from shardvol._ext import rawfile
 from shardvol.errors import ChunkDecodeError, InvalidArgumentError, MissingChunkError
 from shardvol.precomputed.raw_files import RawFileReader
 from tests.c_checkers import run_checker
-from tests.oracles import random_values, ts_create
+from tests.oracles import RANDOM_VOLUMES, random_values, ts_create
 
 
 def _ts_volume(path, data, offset, chunk):
@@ -34,14 +33,7 @@ def _ts_volume(path, data, offset, chunk):
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    dtype=st.sampled_from(["uint8", "int16", "uint32", "float32", "uint64"]),
-    channels=st.integers(1, 3),
-    shape=st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(1, 30)),
-    chunk=st.tuples(st.integers(1, 17), st.integers(1, 17), st.integers(1, 9)),
-    offset=st.tuples(st.integers(-20, 20), st.integers(-20, 20), st.integers(-20, 20)),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(**RANDOM_VOLUMES)
 def test_random_boxes_match_tensorstore_data(tmp_path_factory, dtype, channels, shape, chunk,
                                              offset, seed):
     rng = np.random.default_rng(seed)

@@ -17,7 +17,7 @@ from shardvol import Volume
 from shardvol.array.indexing import chunk_parts
 from shardvol.errors import ShardvolError
 from shardvol.precomputed.raw_shards import RawShardReader
-from tests.oracles import random_values, ts_create
+from tests.oracles import RANDOM_VOLUMES, random_values, ts_create
 
 
 def _spec(data_encoding: str, preshift: int = 1) -> dict:
@@ -38,15 +38,7 @@ def _ts_volume(path, data, offset, chunk, data_encoding="gzip", preshift=1):
 
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    dtype=st.sampled_from(["uint8", "int16", "uint32", "float32", "uint64"]),
-    channels=st.integers(1, 3),
-    shape=st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(1, 30)),
-    chunk=st.tuples(st.integers(1, 17), st.integers(1, 17), st.integers(1, 9)),
-    offset=st.tuples(st.integers(-20, 20), st.integers(-20, 20), st.integers(-20, 20)),
-    data_encoding=st.sampled_from(["gzip", "raw"]),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(**RANDOM_VOLUMES, data_encoding=st.sampled_from(["gzip", "raw"]))
 def test_random_boxes_match_tensorstore(tmp_path_factory, dtype, channels, shape, chunk,
                                         offset, data_encoding, seed):
     rng = np.random.default_rng(seed)

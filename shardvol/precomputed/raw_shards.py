@@ -52,12 +52,13 @@ class RawShardReader:
         # Fortran-ordered (x, y, z, channel) chunks and output: the kernel's C order reversed
         with BoxBatch(store.kv, self.codec, fortran=True) as batch:
             for p, code in zip(direct, codes):
-                found = where.get(code)
-                opened = None if found is None else batch.open(found[0])
-                if found is None or opened is None or opened[1] != found[3]:
-                    left.append(p)  # (missing: filled; a replaced file: read again, there)
-                elif found[1] + found[2] > opened[2]:
-                    left.append(p)  # (past the file's end: an error, there)
+                if code not in where:
+                    left.append(p)  # (missing: filled there)
+                    continue
+                key, start, length, version = where[code]
+                opened = batch.open(key)
+                if opened is None or opened[1] != version or start + length > opened[2]:
+                    left.append(p)  # (replaced: read again there; past the end: an error)
                 else:
-                    batch.add(p, found[0], found[1], found[2], store.grid.chunk_extent(p.coord))
+                    batch.add(p, key, start, length, store.grid.chunk_extent(p.coord))
             return left + batch.read(out)

@@ -612,19 +612,14 @@ class CodecChain:
         self._ab = ab
         self._ab_spec = current
         self._bb = bb
-        # Decode straight into the caller's array when nothing re-lays it out in between.
-        self._decode_into_out = (
+        #: Whether chunks decode straight into an array of the chunk's shape, C order and
+        #: native byte order (no array -> array codec, the stored items as they are).
+        self.decodes_in_place = (
             not aa
             and isinstance(ab, BytesCodec)
             and spec.dtype != bool  # stored bytes other than 0/1 must be normalised
             and ab.stored_dtype(spec.dtype) == spec.dtype.newbyteorder("=")
         )
-
-    @property
-    def decodes_in_place(self) -> bool:
-        """Whether chunks decode straight into an array of the chunk's shape, C order and
-        native byte order (no array -> array codec, the stored items as they are)."""
-        return self._decode_into_out
 
     def encoded_size(self) -> int | None:
         """Exact encoded size of every chunk, or None if it varies (compression)."""
@@ -692,7 +687,7 @@ class CodecChain:
             )
         # only the first bytes -> bytes codec has a known decoded size (the array's bytes)
         size = self._ab.encoded_size(self._ab_spec)
-        if self._decode_into_out:
+        if self.decodes_in_place:
             if out is not None and out.flags.c_contiguous and out.dtype == spec.dtype:
                 result = out
             elif out is not None:  # decode next to it, then one strided copy into it
