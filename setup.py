@@ -36,7 +36,7 @@ EXTENSIONS = [
     ext("downsample", "downsample.c"),
     ext("rawfile", "rawfile.c"),
     ext("transpose", "transpose.c"),
-    ext("files"),
+    ext("files", "filewrite.c"),
     # the system libzstd and libdeflate
     ext("chunkbox", "chunkbox.c", "transpose.c", libraries=("zstd", "deflate")),
     ext("_jpeg", "jpeg.c", libraries=("jpeg",)),  # the system libjpeg(-turbo)

@@ -2,9 +2,17 @@
 and takes back the GIL is a hand-off between the threads that write files at once)."""
 import os
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.errno cimport ENOENT, ENOTDIR, errno
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
+from posix.uio cimport iovec
 from posix.unistd cimport unlink
+
+from shardvol._ext.csrc cimport SV_OK
+from shardvol._ext.csrc_filewrite cimport *
+
+_STEPS = {SV_WRITE_CREATE: "create", SV_WRITE_WRITE: "write", SV_WRITE_SYNC: "fsync",
+          SV_WRITE_CLOSE: "close", SV_WRITE_RENAME: "rename"}
 
 
 def unlink_absent_ok(list paths):
@@ -28,3 +36,41 @@ def unlink_absent_ok(list paths):
         free(cpaths)
     if failed:
         raise OSError(failed, os.strerror(failed), paths[i])
+
+
+def write_file(str tmp, str path, list parts, bint fsync):
+    """Create ``tmp`` (which must not exist), write the contiguous buffers ``parts`` to it
+    in order, fsync it if ``fsync`` and rename it to ``path``.  Raises OSError naming the
+    step and the file (``tmp``, or ``path`` for the rename), the temporary file gone then
+    and ``path`` untouched; TypeError for a part that is not a contiguous buffer."""
+    cdef Py_ssize_t n = len(parts), i, held = 0
+    cdef bytes ctmp = os.fsencode(tmp), cpath = os.fsencode(path)
+    cdef const char *ptmp = ctmp
+    cdef const char *ppath = cpath
+    cdef Py_buffer *bufs = <Py_buffer *>calloc(max(n, 1), sizeof(Py_buffer))
+    cdef iovec *iov = <iovec *>malloc(max(n, 1) * sizeof(iovec))
+    cdef int rc, step = 0, err = 0
+    cdef bint sync = fsync
+    try:
+        if bufs == NULL or iov == NULL:
+            raise MemoryError()
+        for i in range(n):
+            try:
+                PyObject_GetBuffer(parts[i], &bufs[i], PyBUF_SIMPLE)  # C-contiguous bytes
+            except (BufferError, ValueError) as e:
+                raise TypeError(f"part {i} of {path!r} is not a contiguous buffer: {e}") from e
+            held += 1
+            iov[i].iov_base = bufs[i].buf
+            iov[i].iov_len = <size_t>bufs[i].len
+        with nogil:
+            rc = sv_write_file(ptmp, ppath, iov, n, sync, &step, &err)
+    finally:
+        for i in range(held):
+            PyBuffer_Release(&bufs[i])
+        free(bufs)
+        free(iov)
+    if rc != SV_OK:
+        if step == 0:
+            raise ValueError(f"write_file: invalid buffers for {path!r}")
+        raise OSError(err, f"{_STEPS[step]}: {os.strerror(err)}",
+                      path if step == SV_WRITE_RENAME else tmp)

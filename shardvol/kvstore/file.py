@@ -32,6 +32,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote, urlparse
 
 from shardvol._ext import hugeblock
+from shardvol._ext.files import write_file
 from shardvol._parallel import sharing_cores
 from shardvol.errors import ByteRangeError, InvalidKeyError, StoreError, VersionChangedError
 from shardvol.kvstore.base import (
@@ -240,25 +241,25 @@ class FileStore(KVStore):
         self.set_parts(key, [value])
 
     def set_parts(self, key: str, parts: Sequence[bytes | memoryview]) -> None:
-        """As :meth:`set` of the joined parts, written with ``writev`` without joining them."""
+        """As :meth:`set` of the joined parts, written with ``writev`` without joining them.
+        The temporary file's creation, writes, fsync and rename are one call that releases
+        the GIL once (each release is a hand-off between the threads writing at once)."""
         path = self._path(key)
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, f"{_TMP}{name}.{uuid.uuid4().hex}")
+        buffers = list(parts)
         try:
-            fd = _create(tmp, directory)
             try:
-                _write_all(fd, parts)
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException as e:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(e, OSError) and not isinstance(e, StoreError):
-                raise StoreError(f"cannot write {key!r} in {self.url}: {e}") from e
-            raise
+                write_file(tmp, path, buffers, self.fsync)
+            except FileNotFoundError:
+                if os.path.isdir(directory):
+                    raise
+                os.makedirs(directory, exist_ok=True)  # the common case costs no extra call
+                write_file(tmp, path, buffers, self.fsync)
+        except OSError as e:
+            if isinstance(e, StoreError):
+                raise
+            raise StoreError(f"cannot write {key!r} in {self.url}: {e}") from e
 
     def delete(self, key: str) -> None:
         try:
@@ -496,17 +497,6 @@ def _version(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _create(path: str, directory: str) -> int:
-    """A new file opened for writing; its directory is made only when missing (the
-    common case, an existing directory, costs no extra system call)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        return os.open(path, flags, 0o666)
-    except FileNotFoundError:
-        os.makedirs(directory, exist_ok=True)
-        return os.open(path, flags, 0o666)
-
-
 def _pread_into(fd: int, view: memoryview, offset: int, key: str) -> None:
     """Fill ``view`` with the bytes of ``fd`` from ``offset``."""
     got = 0
@@ -530,19 +520,3 @@ def _pread_all(fd: int, length: int, offset: int, key: str) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
-
-
-_IOV_MAX = 1024  # buffers per writev call (Linux's IOV_MAX)
-
-
-def _write_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
-    """Write every byte of ``parts``, in order (short writes continue where they stopped)."""
-    views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
-    i = 0
-    while i < len(views):
-        n = os.writev(fd, views[i : i + _IOV_MAX])
-        while i < len(views) and n >= views[i].nbytes:
-            n -= views[i].nbytes
-            i += 1
-        if n:
-            views[i] = views[i][n:]

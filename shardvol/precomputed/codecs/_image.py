@@ -12,14 +12,24 @@ from collections.abc import Callable
 
 import numpy as np
 
+from shardvol._ext import transpose
+from shardvol._ext.staging import staging_buffer
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError
 from shardvol.precomputed.codecs.base import Shape4, deliver
 
 
 def to_image(array: np.ndarray) -> np.ndarray:
-    """(x, y, z, c) array -> C-contiguous image (y*z, x) or (y*z, x, c)."""
+    """(x, y, z, c) array -> C-contiguous image (y*z, x) or (y*z, x, c): the array itself
+    when it is laid out so (a Fortran-order chunk), else a copy in this thread's staging
+    buffer, valid until the thread's next use of it (a chunk cut from a larger array: numpy's
+    copy into a fresh array took as long as half the JPEG encoding)."""
     x, y, z, c = array.shape
-    img = np.ascontiguousarray(array.transpose(2, 1, 0, 3)).reshape(z * y, x, c)
+    img = array.transpose(2, 1, 0, 3)
+    if not img.flags.c_contiguous:
+        staged = staging_buffer(array.nbytes)[: array.nbytes].view(array.dtype)
+        transpose.copyto(staged.reshape(z, y, x, c), img)
+        img = staged
+    img = img.reshape(z * y, x, c)
     return img[..., 0] if c == 1 else img
 
 

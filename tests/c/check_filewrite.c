@@ -1,0 +1,118 @@
+/* Checker of sv_write_file (csrc/filewrite.c) through a writev that writes short and is
+ * interrupted:
+ *
+ *   gcc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc tests/c/check_filewrite.c \
+ *       csrc/filewrite.c -o /tmp/check_filewrite && /tmp/check_filewrite 500 /tmp/fw
+ *
+ * Each round writes a random number of random parts (some empty, sometimes more than
+ * IOV_MAX) to a file under the directory given and checks its bytes against their
+ * concatenation; this executable's writev, which the library's calls reach, writes at most
+ * a few hundred bytes at a time and fails one call in eight with EINTR.  Then the failures:
+ * a temporary file that exists (create), a destination that is a non-empty directory
+ * (rename: the temporary file must be gone), a negative part count.  Prints
+ * "<rounds> files, <calls> writev calls"; exits non-zero on failure. */
+#define _DEFAULT_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "filewrite.h"
+#include "fuzz_rng.h"
+
+static long calls;
+
+/* Replaces the C library's writev for the whole executable. */
+ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    size_t budget = rnd_in(1, 700), done = 0;
+    calls++;
+    if (rnd() % 8 == 0) {
+        errno = EINTR;
+        return -1;
+    }
+    for (int i = 0; i < iovcnt && done < budget; i++) {
+        size_t n = iov[i].iov_len < budget - done ? iov[i].iov_len : budget - done;
+        if (n && write(fd, iov[i].iov_base, n) != (ssize_t)n)
+            return -1;
+        done += n;
+    }
+    return (ssize_t)done;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "%s\n", what);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    rng_state = 7;
+    long rounds = argc > 1 ? atol(argv[1]) : 200;
+    const char *dir = argc > 2 ? argv[2] : ".";
+    char path[4096], tmp[4096];
+    int step, err;
+    snprintf(path, sizeof path, "%s/value", dir);
+    snprintf(tmp, sizeof tmp, "%s/.tmp.value", dir);
+    for (long r = 0; r < rounds; r++) {
+        int64_t n = r % 50 == 0 ? (int64_t)rnd_in(1025, 3000) : (int64_t)rnd_in(0, 40);
+        struct iovec *parts = calloc((size_t)n + 1, sizeof *parts);
+        size_t total = 0;
+        for (int64_t i = 0; i < n; i++) {
+            size_t len = rnd() % 5 == 0 ? 0 : rnd_in(1, 300);
+            unsigned char *p = len ? malloc(len) : NULL;
+            for (size_t k = 0; k < len; k++)
+                p[k] = (unsigned char)rnd();
+            parts[i].iov_base = p;
+            parts[i].iov_len = len;
+            total += len;
+        }
+        if (sv_write_file(tmp, path, parts, n, (int)(r % 2), &step, &err) != SV_OK) {
+            fprintf(stderr, "round %ld: step %d errno %d\n", r, step, err);
+            return 1;
+        }
+        FILE *f = fopen(path, "rb");
+        unsigned char *got = malloc(total + 1);
+        size_t read = fread(got, 1, total + 1, f);
+        fclose(f);
+        if (read != total)
+            return fail("wrong length");
+        size_t at = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (parts[i].iov_len && memcmp(got + at, parts[i].iov_base, parts[i].iov_len) != 0)
+                return fail("wrong bytes");
+            at += parts[i].iov_len;
+            free(parts[i].iov_base);
+        }
+        if (access(tmp, F_OK) == 0)
+            return fail("temporary file left");
+        free(got);
+        free(parts);
+    }
+    /* the temporary file exists: refused at creation, and left alone */
+    FILE *f = fopen(tmp, "wb");
+    fclose(f);
+    struct iovec one = {"x", 1};
+    if (sv_write_file(tmp, path, &one, 1, 1, &step, &err) != SV_ERR_IO || step != SV_WRITE_CREATE ||
+        err != EEXIST || access(tmp, F_OK) != 0)
+        return fail("existing temporary file");
+    unlink(tmp);
+    /* the destination is a non-empty directory: the rename fails, the temporary file goes */
+    char sub[4096], inner[4200];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(inner, sizeof inner, "%s/inner", sub);
+    if (mkdir(sub, 0777) != 0 || !(f = fopen(inner, "wb")))
+        return fail("setup");
+    fclose(f);
+    if (sv_write_file(tmp, sub, &one, 1, 0, &step, &err) != SV_ERR_IO || step != SV_WRITE_RENAME ||
+        access(tmp, F_OK) == 0)
+        return fail("rename over a directory");
+    if (sv_write_file(tmp, path, &one, -1, 0, &step, &err) != SV_ERR_ARGUMENT)
+        return fail("negative count");
+    printf("%ld files, %ld writev calls\n", rounds, calls);
+    return 0;
+}
