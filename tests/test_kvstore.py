@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -256,6 +257,13 @@ class TestFileStore(StoreContract):
         with pytest.raises(TypeError, match=r"part 0 of .* contiguous"):
             store.set_parts("k", [np.zeros((4, 4), np.uint8)[:, ::2]])
         assert store.get("k") == b"".join(parts) and os.listdir(tmp_path) == ["k"]
+
+    def test_writers_making_one_new_directory_at_once(self, tmp_path):
+        store = FileStore(str(tmp_path), fsync=False)
+        keys = [f"d{d}/{i}" for d in range(20) for i in range(8)]
+        with ThreadPoolExecutor(8) as pool:  # each directory's 8 writers race to make it
+            list(pool.map(lambda k: store.set(k, k.encode()), keys))
+        assert store.get_many(keys) == [k.encode() for k in keys]
 
     def test_file_writes_through_short_and_interrupted_writes(self, tmp_path):
         """tests/c/check_filewrite.c: csrc/filewrite.c's loop through a writev that writes a

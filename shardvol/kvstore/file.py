@@ -251,9 +251,7 @@ class FileStore(KVStore):
         try:
             try:
                 write_file(tmp, path, buffers, self.fsync)
-            except FileNotFoundError:
-                if os.path.isdir(directory):
-                    raise
+            except FileNotFoundError:  # (made now by us or by another writer)
                 os.makedirs(directory, exist_ok=True)  # the common case costs no extra call
                 write_file(tmp, path, buffers, self.fsync)
         except OSError as e:
