@@ -27,6 +27,7 @@ from shardvol.cli import COMMANDS, build_parser, main
 from shardvol.errors import InfoError
 
 from .oracles import ts_create, ts_open
+from .processes import popen_interruptible
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDING = {
@@ -424,7 +425,7 @@ def test_serve_command(tmp_path, quiet):
     Volume.create(str(tmp_path / "em" / "raw"), size=(8, 8, 8))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.Popen(
+    proc = popen_interruptible(
         [sys.executable, "-m", "shardvol", "serve", str(tmp_path), "--port", "0",
          *(["--quiet"] if quiet else [])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)

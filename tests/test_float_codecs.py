@@ -163,3 +163,21 @@ def test_downsampled_scales_keep_the_encoding_options(tmp_path):
     half = Volume(str(tmp_path), mip=1)[...]
     expected = vol[...].reshape(20, 2, 16, 2, 20, 1).mean(axis=(1, 3))
     assert np.abs(half - expected).max() <= 0.002
+
+
+def test_kempressed_signaling_nans_decode_without_a_floating_point_warning():
+    # what a damaged stream can decode to (fpzip has no checksum): stored values that are
+    # signaling NaNs come back as NaNs, the others less 2, with no warning (warnings are
+    # errors in this suite)
+    stored = np.asfortranarray(np.random.default_rng(5).normal(size=(4, 3, 1, 5)), np.float32)
+    bits = stored.view(np.uint32)
+    bits[1, 2, 0, 3] = 0x7F800001  # signaling NaN
+    bits[3, 0, 0, 1] = 0xFF800123
+    data = get_codec("fpzip", dtype="float32", num_channels=5).encode(stored)
+    got = get_codec("kempressed", dtype="float32", num_channels=1).decode(data, (4, 3, 5, 1))
+    nans = np.zeros(stored.shape, bool)
+    nans[1, 2, 0, 3] = nans[3, 0, 0, 1] = True
+    nans = np.swapaxes(nans, 2, 3)
+    np.testing.assert_array_equal(np.isnan(got), nans)
+    values = np.swapaxes(stored, 2, 3)[~nans]
+    np.testing.assert_array_equal(got[~nans], values - np.float32(2))

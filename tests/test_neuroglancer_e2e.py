@@ -32,6 +32,8 @@ import pytest
 
 from shardvol import Volume, downsample
 
+from .processes import popen_interruptible
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -112,7 +114,7 @@ class ServeProcess:
     def __init__(self, directory: str) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-        self.proc = subprocess.Popen(
+        self.proc = popen_interruptible(
             [sys.executable, "-m", "shardvol", "serve", directory, "--port", "0",
              "--host", "127.0.0.1"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
