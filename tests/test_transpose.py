@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardvol._ext.transpose import copyto
+from shardvol._ext.transpose import copyto, fortran_bytes
 
 
 @settings(max_examples=300, deadline=None)
@@ -32,6 +32,25 @@ def test_copies_equal_numpys(data):
     outside = np.ones(dst_base.shape, bool)
     outside[tuple(slice(1, 1 + n) for n in src.shape)] = False
     assert not np.ascontiguousarray(dst_base[outside]).view(np.uint8).any()  # (untouched)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_fortran_bytes_equal_numpys(data):
+    """fortran_bytes(a) == a.tobytes(order="F"): views of random layouts, a chunk of a larger
+    volume among them (its short rows prefetched across planes, the last into the next)."""
+    ndim = data.draw(st.integers(0, 4))
+    shape = tuple(data.draw(st.integers(0 if ndim < 3 else 1, 70)) for _ in range(ndim))
+    dtype = data.draw(st.sampled_from(["u1", ">u2", "f4", "u8", "c16"]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    base = rng.integers(0, 256, (*shape, np.dtype(dtype).itemsize), np.uint8).view(dtype)
+    base = base.reshape(shape)
+    if data.draw(st.booleans()):
+        base = np.asfortranarray(base)
+    cut = tuple(slice(data.draw(st.integers(0, n)), None, data.draw(st.sampled_from([1, 2, -1])))
+                for n in shape)
+    src = np.asarray(base[cut])  # (a 0-d array: indexing it gives a scalar)
+    assert fortran_bytes(src) == src.tobytes(order="F")
 
 
 def test_a_volume_into_zarr_chunks():

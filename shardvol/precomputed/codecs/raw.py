@@ -37,11 +37,7 @@ class RawCodec(ChunkEncoding):
 
     def _encode(self, array: np.ndarray) -> bytes:
         stored = np.asarray(array, dtype=self.dtype.newbyteorder("<"))
-        if _fortran_like(stored):  # (numpy copies rows in order: one copy)
-            return stored.tobytes(order="F")
-        laid = np.empty(stored.shape, stored.dtype, order="F")  # (C-ordered values: numpy
-        transpose.copyto(laid, stored)  # would copy them item by item; tile by tile here)
-        return laid.tobytes(order="F")
+        return transpose.fortran_bytes(stored)  # (one copy, whatever the layout)
 
     def _decode(
         self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
@@ -79,9 +75,3 @@ def _gunzip_or_raw(data: bytes | memoryview, expected: int, where: str) -> bytes
         if len(data) == expected:
             return data
         raise
-
-
-def _fortran_like(array: np.ndarray) -> bool:
-    """Whether ``array``'s x axis is its fastest (as in a Fortran-ordered chunk or volume)."""
-    steps = [abs(st) for st, n in zip(array.strides, array.shape) if n > 1]
-    return steps == sorted(steps)
