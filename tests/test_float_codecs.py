@@ -181,3 +181,16 @@ def test_kempressed_signaling_nans_decode_without_a_floating_point_warning():
     np.testing.assert_array_equal(np.isnan(got), nans)
     values = np.swapaxes(stored, 2, 3)[~nans]
     np.testing.assert_array_equal(got[~nans], values - np.float32(2))
+
+
+@pytest.mark.parametrize("encoding", ["fpzip", "kempressed"])
+def test_every_cut_short_stream_is_an_error(encoding):
+    # fpzip streams carry no length: the package decodes a cut-short one on into whatever
+    # memory follows it, which gave other values silently when the process did not crash
+    codec = get_codec(encoding, dtype="float32", num_channels=1)
+    data = _field("float32", 1, seed=6)[:20, :16, :10]
+    whole = codec.encode(data)
+    np.testing.assert_allclose(codec.decode(whole, data.shape), data, atol=1e-5)  # (v+2)-2
+    for cut in range(40, len(whole) - 8, max(1, (len(whole) - 48) // 25)):
+        with pytest.raises(ChunkDecodeError, match="chunk x"):
+            codec.decode(whole[:cut], data.shape, context="chunk x")

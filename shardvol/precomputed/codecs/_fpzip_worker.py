@@ -36,13 +36,27 @@ def main() -> None:
         except EOFError:
             return
         try:
-            values = fpzip.decompress(stream, order="F").tobytes(order="F")
+            values = _decode_whole(fpzip, stream)
             out.write(b"K" + struct.pack("<Q", len(values)))
             out.write(values)
         except Exception as e:  # the package's own errors: a message for the caller
             message = f"{type(e).__name__}: {e}".encode()
             out.write(b"E" + struct.pack("<Q", len(message)) + message)
         out.flush()
+
+
+def _decode_whole(fpzip, stream: bytes) -> bytes:
+    """The values of ``stream``, decoded twice: followed by zero bytes, then by 0xFF bytes.
+    A whole stream decodes the same either way; one cut short is decoded on into what
+    follows it, so the two differ (the package itself returns such values silently)."""
+    values = fpzip.decompress(stream + bytes(_PAD), order="F").tobytes(order="F")
+    again = fpzip.decompress(stream + b"\xff" * _PAD, order="F").tobytes(order="F")
+    if values != again:
+        raise ValueError("the stream ends before its values do (truncated or damaged)")
+    return values
+
+
+_PAD = 64
 
 
 if __name__ == "__main__":
