@@ -62,8 +62,8 @@ enum { SV_COPY_ITEMS, SV_COPY_ROWS, SV_COPY_STREAM };
 #endif
 
 /* Rows of at most SV_PREFETCH_ROW_MAX bytes are prefetched SV_PREFETCH_ROWS rows ahead (the
- * row as far into the next plane at a plane's end; a prefetch of an address outside the
- * box is harmless): 67 instead of 108 us per 64^3 uint8 chunk of a 512^3 volume. */
+ * row as far into the next plane at a plane's end; never outside the box): 67 instead of
+ * 108 us per 64^3 uint8 chunk of a 512^3 volume. */
 #define SV_PREFETCH_ROWS 16
 #define SV_PREFETCH_ROW_MAX 256
 
@@ -82,12 +82,17 @@ static SV_COPY_INLINE void sv_copy_box_as(
                 if (how != SV_COPY_ITEMS && row_bytes <= SV_PREFETCH_ROW_MAX) {
                     /* short rows far apart (a chunk of a larger array): ask for a row some
                      * rows ahead, so that the loads overlap instead of waiting in turn */
-                    const uint8_t *ahead = j + SV_PREFETCH_ROWS < count[1]
-                        ? s + (ptrdiff_t)SV_PREFETCH_ROWS * src_strides[1]
-                        : s + src_strides[2] +
-                          ((ptrdiff_t)SV_PREFETCH_ROWS - (ptrdiff_t)count[1]) * src_strides[1];
-                    __builtin_prefetch(ahead);
-                    __builtin_prefetch(ahead + row_bytes - 1);
+                    const uint8_t *ahead = NULL;
+                    if (j + SV_PREFETCH_ROWS < count[1])
+                        ahead = s + (ptrdiff_t)SV_PREFETCH_ROWS * src_strides[1];
+                    else if (k + 1 < count[2] && j + SV_PREFETCH_ROWS - count[1] < count[1])
+                        ahead = s + src_strides[2] +
+                                ((ptrdiff_t)SV_PREFETCH_ROWS - (ptrdiff_t)count[1]) *
+                                    src_strides[1];
+                    if (ahead) {
+                        __builtin_prefetch(ahead);
+                        __builtin_prefetch(ahead + row_bytes - 1);
+                    }
                 }
                 if (how == SV_COPY_STREAM) {
                     sv_stream_row(d, s, count[0] * itemsize);

@@ -81,8 +81,14 @@ int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, 
         return failed(SV_WRITE_CREATE, step, err_no);
     if (write_parts(fd, parts, nparts) != 0)
         rc = failed(SV_WRITE_WRITE, step, err_no);
-    else if (do_fsync && fsync(fd) != 0)
-        rc = failed(SV_WRITE_SYNC, step, err_no);
+    else if (do_fsync) {
+        int r;
+        do {
+            r = fsync(fd);
+        } while (r != 0 && errno == EINTR);
+        if (r != 0)
+            rc = failed(SV_WRITE_SYNC, step, err_no);
+    }
     if (close(fd) != 0 && rc == SV_OK && errno != EINTR)
         rc = failed(SV_WRITE_CLOSE, step, err_no);
     if (rc == SV_OK && rename(tmp, path) != 0)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import shardvol
+from shardvol._ext.files import write_file
 from shardvol.errors import (
     ByteRangeError,
     InvalidKeyError,
@@ -279,6 +280,9 @@ class TestFileStore(StoreContract):
         (tmp_path / "d" / "inner").mkdir(parents=True)  # a non-empty directory at the key
         with pytest.raises(StoreError, match=r"cannot write 'd' in .*rename"):
             s.set("d", b"123")
+        assert os.listdir(tmp_path) == ["d"]
+        with pytest.raises(ValueError, match="null byte"):  # (a C path would end there)
+            write_file(str(tmp_path / "t\0x"), str(tmp_path / "v\0w"), [b"1"], False)
         assert os.listdir(tmp_path) == ["d"]
         s.set("f", b"a file")
         with pytest.raises(StoreError, match=r"cannot write 'f/k' in .*create"):

@@ -15,11 +15,19 @@ _STEPS = {SV_WRITE_CREATE: "create", SV_WRITE_WRITE: "write", SV_WRITE_SYNC: "fs
           SV_WRITE_CLOSE: "close", SV_WRITE_RENAME: "rename"}
 
 
+def _c_path(str path):
+    """``path`` as the bytes a C call takes; ValueError for a NUL in it (as os.open)."""
+    encoded = os.fsencode(path)
+    if b"\0" in encoded:
+        raise ValueError(f"embedded null byte in the path {path!r}")
+    return encoded
+
+
 def unlink_absent_ok(list paths):
     """Remove each file of ``paths`` (str) that exists; raises OSError (naming the file)
     on any failure other than its absence."""
     cdef Py_ssize_t n = len(paths), i
-    encoded = [os.fsencode(p) for p in paths]
+    encoded = [_c_path(p) for p in paths]
     cdef const char **cpaths = <const char **>malloc(max(n, 1) * sizeof(char *))
     if cpaths == NULL:
         raise MemoryError()
@@ -44,7 +52,7 @@ def write_file(str tmp, str path, list parts, bint fsync):
     step and the file (``tmp``, or ``path`` for the rename), the temporary file gone then
     and ``path`` untouched; TypeError for a part that is not a contiguous buffer."""
     cdef Py_ssize_t n = len(parts), i, held = 0
-    cdef bytes ctmp = os.fsencode(tmp), cpath = os.fsencode(path)
+    cdef bytes ctmp = _c_path(tmp), cpath = _c_path(path)
     cdef const char *ptmp = ctmp
     cdef const char *ppath = cpath
     cdef Py_buffer *bufs = <Py_buffer *>calloc(max(n, 1), sizeof(Py_buffer))

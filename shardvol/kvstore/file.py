@@ -251,8 +251,10 @@ class FileStore(KVStore):
         try:
             try:
                 write_file(tmp, path, buffers, self.fsync)
-            except FileNotFoundError:  # (made now by us or by another writer)
-                os.makedirs(directory, exist_ok=True)  # the common case costs no extra call
+            except FileNotFoundError as e:  # creating the temporary file: no directory
+                if e.filename != tmp:  # (a rename's: the directory went meanwhile)
+                    raise
+                os.makedirs(directory, exist_ok=True)  # (or another writer made it)
                 write_file(tmp, path, buffers, self.fsync)
         except OSError as e:
             if isinstance(e, StoreError):
