@@ -95,9 +95,9 @@ static SV_COPY_INLINE void sv_copy_box_as(
                     }
                 }
                 if (how == SV_COPY_STREAM) {
-                    sv_stream_row(d, s, count[0] * itemsize);
+                    sv_stream_row(d, s, row_bytes);
                 } else if (how == SV_COPY_ROWS) {
-                    memcpy(d, s, count[0] * itemsize);
+                    memcpy(d, s, row_bytes);
                 } else {
                     for (size_t i = 0; i < count[0]; i++)
                         memcpy(d + (ptrdiff_t)i * dst_strides[0], s + (ptrdiff_t)i * src_strides[0],
