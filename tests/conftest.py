@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from .s3_server import s3_server
+from .stores import TRANSPORTS
 
 
 @pytest.fixture(scope="module")
@@ -12,3 +13,9 @@ def s3():
     """moto's S3 server for the module's tests (its endpoint URL; see s3_server)."""
     with s3_server() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(params=list(TRANSPORTS))
+def transport(request):
+    """The way HTTP reads are sent (tests/stores.py's TRANSPORTS)."""
+    return request.param

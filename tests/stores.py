@@ -8,6 +8,18 @@ import os
 import threading
 
 from shardvol.kvstore import KVStore, PrefixStore
+from shardvol.kvstore.fsspec_store import FsspecStore
+
+# HTTP reads go through shardvol's client, or fsspec's aiohttp session when the filesystem
+# is configured with options that client does not take (here: client_kwargs)
+TRANSPORTS = {"direct": {}, "aiohttp": {"client_kwargs": {"read_bufsize": 1 << 16}}}
+
+
+def http_store(url: str, transport: str, **kw) -> FsspecStore:
+    """A store of an HTTP URL whose reads go through ``transport``."""
+    store = FsspecStore(url, skip_instance_cache=True, **TRANSPORTS[transport], **kw)
+    assert type(store._http.transport).__name__.lower().endswith(transport)
+    return store
 
 
 def stored_files(root: str) -> dict[str, bytes]:

@@ -23,6 +23,7 @@ from shardvol.kvstore.lease import lease_path
 from .fault_server import FaultServer
 from .oracles import ts_create
 from .s3_server import new_bucket
+from .stores import http_store
 
 VALUE = bytes(range(256)) * 400  # 102,400 bytes
 
@@ -38,10 +39,14 @@ def _store(server: FaultServer, **kw) -> FsspecStore:
     return FsspecStore(server.url, skip_instance_cache=True, **kw)
 
 
+def _store_via(server: FaultServer, transport: str, **kw) -> FsspecStore:
+    return http_store(server.url, transport, **kw)
+
+
 @pytest.mark.parametrize("fault", ["error", "reset", "short", "slow"])
-def test_a_transient_failure_is_retried_and_the_bytes_are_exact(files, fault):
+def test_a_transient_failure_is_retried_and_the_bytes_are_exact(files, fault, transport):
     server, _ = files
-    store = _store(server)
+    store = _store_via(server, transport)
     server.set(plan=[fault, fault], slow_seconds=0.2)
     server.stats(reset=True)
     assert store.get("f", (1000, 90_000)) == VALUE[1000:90_000]
@@ -51,27 +56,27 @@ def test_a_transient_failure_is_retried_and_the_bytes_are_exact(files, fault):
     assert stats["GET"] == (2 if fault == "slow" else 4)  # (a slow answer is not refused)
 
 
-def test_versioned_reads_are_retried_too(files):
+def test_versioned_reads_are_retried_too(files, transport):
     server, _ = files
-    store = _store(server)
+    store = _store_via(server, transport)
     server.set(plan=["error", "reset", "short"])
     [(value, version)] = store.get_many_versioned([("f", (5, 105))])
     assert value == VALUE[5:105] and version is not None
     assert store.get_many_if([("f", (0, 10))], {"f": version}) == [VALUE[:10]]
 
 
-def test_retry_after_is_honoured(files):
+def test_retry_after_is_honoured(files, transport):
     server, _ = files
-    store = _store(server)
+    store = _store_via(server, transport)
     server.set(plan=["error"], retry_after=0.6)
     start = time.monotonic()
     assert store.get("f", (0, 4)) == VALUE[:4]
     assert time.monotonic() - start >= 0.6
 
 
-def test_answers_that_are_not_transient_are_not_retried(files):
+def test_answers_that_are_not_transient_are_not_retried(files, transport):
     server, _ = files
-    store = _store(server)
+    store = _store_via(server, transport)
     server.stats(reset=True)
     assert store.get("missing") is None
     server.set(plan=["error"], error_status=403)
@@ -311,9 +316,9 @@ def test_a_remote_zarr_array_streams_whole_shards_and_ranges(tmp_path):
             assert np.array_equal(z.open(store, cache_bytes=0)[...], data)
 
 
-def test_a_stalled_request_is_retried_not_waited_out(files):
+def test_a_stalled_request_is_retried_not_waited_out(files, transport):
     server, _ = files
-    store = _store(server, stall=0.5, timeout=20)
+    store = _store_via(server, transport, stall=0.5, timeout=20)
     server.set(plan=["hang"])
     server.stats(reset=True)
     start = time.monotonic()

@@ -21,6 +21,7 @@ from shardvol.sharding import ShardReader
 from .fault_server import FaultServer
 from .oracles import ts_create, ts_open
 from .s3_server import new_bucket
+from .stores import http_store
 
 SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
             "minishard_bits": 3, "shard_bits": 0, "minishard_index_encoding": "gzip",
@@ -82,11 +83,11 @@ def test_values_of_a_shard_read_whole_come_before_the_file_is_all_in(volume):
         assert server.stats()["requests"] == 1
 
 
-def test_a_shard_read_cut_short_resumes_where_it_stopped(volume):
+def test_a_shard_read_cut_short_resumes_where_it_stopped(volume, transport):
     root, data, scale = volume
     size = (root / "v" / scale / "0.shard").stat().st_size
     with FaultServer(str(root)) as server:
-        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        vol = Volume(http_store(f"{server.url}/v", transport), cache_bytes=0)
         server.stats(reset=True)
         server.set(plan=["short"])  # (half the body, then the connection is dropped)
         assert np.array_equal(vol[...], data)
@@ -96,10 +97,11 @@ def test_a_shard_read_cut_short_resumes_where_it_stopped(volume):
         assert stats["bytes"] == size  # (each byte sent once)
 
 
-def test_a_server_that_ignores_the_range_of_a_resumed_read_still_gives_exact_data(volume):
+def test_a_server_that_ignores_the_range_of_a_resumed_read_still_gives_exact_data(
+        volume, transport):
     root, data, _scale = volume
     with FaultServer(str(root)) as server:
-        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        vol = Volume(http_store(f"{server.url}/v", transport), cache_bytes=0)
         server.set(plan=["short"], ignore_range=True)
         assert np.array_equal(vol[...], data)
         assert server.stats()["fault short"] == 1
@@ -139,10 +141,10 @@ def test_a_shard_replaced_between_two_attempts_is_read_again(volume, server_chec
         assert 0 < mixed < 64  # (the first half of the file was given from the old one)
 
 
-def test_a_resumed_read_answered_with_other_bytes_is_a_store_error(volume):
+def test_a_resumed_read_answered_with_other_bytes_is_a_store_error(volume, transport):
     root, _data, _scale = volume
     with FaultServer(str(root)) as server:
-        vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
+        vol = Volume(http_store(f"{server.url}/v", transport), cache_bytes=0)
         server.set(plan=["short"], wrong_range=True)
         with pytest.raises(StoreError, match=r"0\.shard: asked for bytes \d+- of \d+"):
             vol[...]

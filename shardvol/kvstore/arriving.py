@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Hashable
 
 import numpy as np
 
+from shardvol._ext import hugeblock
 from shardvol.errors import StoreError
 
 
@@ -35,7 +36,8 @@ class Arriving:
     def start(self, size: int, version: Hashable | None) -> None:
         """The value has ``size`` bytes at ``version``: a buffer of that size to fill (not
         zeroed first: each page is written once, as the bytes arrive)."""
-        self._array = np.empty(size, np.uint8)
+        big = size >= hugeblock.MIN_BYTES  # (a block: cached pages, no faults when reused)
+        self._array = hugeblock.buffer(size) if big else np.empty(size, np.uint8)
         self.buffer, self.size, self.version = self._array.data, size, version
 
     def extend(self, piece: bytes | memoryview) -> None:
@@ -43,6 +45,10 @@ class Arriving:
         end = self.have + len(piece)
         self._array[self.have : end] = np.frombuffer(piece, np.uint8)  # (GIL released)
         self.have = end
+
+    def rest(self) -> memoryview:
+        """The bytes still to come in, to be written in place (then ``have`` moved on)."""
+        return self._array.data[self.have : self.size]
 
     def complete(self, value: bytes | memoryview | None, version: Hashable | None) -> None:
         """The whole value at once (None: absent)."""

@@ -1,5 +1,5 @@
-"""Versioned ranged reads over HTTP(S) through fsspec's aiohttp session, and the helpers
-they share with S3's (see s3_conditional).
+"""Versioned ranged reads over HTTP(S), and the helpers they share with S3's (see
+s3_conditional).
 
 Each response's strong ``ETag`` is the value's version, and a read that must find a
 version sends it as ``If-Match``: a server that replaced the file answers 412, which
@@ -15,15 +15,19 @@ that way in object stores: gzip, br, zstd, xz, bzip2) is decoded here, off the e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import aiohttp
 
 from shardvol.compression import FILE_SUFFIXES, content_coding, decompress
 from shardvol.errors import ByteRangeError, StoreError
+from shardvol.kvstore import http_client
 from shardvol.kvstore.arriving import Arriving, fill
+from shardvol.kvstore.http_client import HttpStatusError
 
 #: What a content-encoded value may decode to at most (a "bomb" beyond is an error).
 MAX_DECODED = 1 << 30
@@ -47,8 +51,9 @@ def range_header(byte_range: tuple[int, int | None]) -> str:
 ReadResult = tuple[Any, "str | None"]  # (bytes or the exception, ETag or None)
 
 
-async def entity(body: bytes, encoding: str | None, what: str,
-                 byte_range: tuple[int, int | None] | None = None) -> bytes | StoreError:
+async def entity(body: bytes | memoryview, encoding: str | None, what: str,
+                 byte_range: tuple[int, int | None] | None = None
+                 ) -> bytes | memoryview | StoreError:
     """The value a response carries: ``body``, decoded (in a worker thread) if it came with
     the ``Content-Encoding`` ``encoding``; a StoreError (to report, not to retry) if it
     cannot be: corrupt, an unknown coding, or a byte range of an encoded value."""
@@ -90,48 +95,59 @@ class VersionedReads(Protocol):
 
 
 class HttpVersionedReads:
-    """Ranged GETs on an ``fsspec`` HTTP filesystem that return each response's ETag."""
+    """Ranged GETs over HTTP(S) that return each response's ETag.
+
+    They go through shardvol's client (:mod:`shardvol.kvstore.http_client`: bodies
+    received straight into their buffers), or through fsspec's aiohttp session for a
+    filesystem configured with what that client does not speak (``client_kwargs``, request
+    options other than ``headers``, its own ``get_client``)."""
 
     def __init__(self, fs: Any, stall: float | None = None) -> None:
         """``stall``: seconds without a byte from the server before an attempt fails."""
-        self.fs = fs
-        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=stall, sock_read=stall)
+        self.fs, self.stall = fs, stall
+        from fsspec.implementations.http import get_client
+
+        plain = (not getattr(fs, "client_kwargs", None) and set(fs.kwargs) <= {"headers"}
+                 and getattr(fs, "get_client", get_client) is get_client)
+        self.transport: Transport = _Direct() if plain else _Aiohttp(fs)
+
+    def _headers(self) -> dict[str, str]:
+        return dict(self.fs.kwargs.get("headers") or {})
+
+    def _request(self, method: str, url: str, headers: dict[str, str]
+                 ) -> AbstractAsyncContextManager[Answer]:
+        return self.transport.request(method, str(self.fs.encode_url(url)), headers, self.stall)
 
     async def read_one(self, url: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> ReadResult:
         """See VersionedReads; only strong ETags count as versions."""
-        session = await self.fs.set_session()
-        kwargs = dict(self.fs.kwargs)
-        kwargs.setdefault("timeout", self.timeout)
-        headers = dict(kwargs.pop("headers", None) or {})
+        headers = self._headers()
         if etag is not None:
             headers["If-Match"] = etag
         if byte_range is not None and byte_range[0] == byte_range[1]:  # no bytes: no Range
             headers["Accept-Encoding"] = "identity"  # the true length
-            async with session.head(self.fs.encode_url(url), headers=headers,
-                                    **kwargs) as r:
+            async with self._request("HEAD", url, headers) as r:
                 if r.status == 404:
                     return FileNotFoundError(url), None
                 r.raise_for_status()
-                size = r.headers.get("Content-Length")
+                size = r.headers.get("content-length")
                 if size is not None and byte_range[0] > int(size):
                     return ByteRangeError(f"byte range {byte_range} of {url} is past its end"), None
-                return b"", strong_etag(r.headers.get("ETag"))
+                return b"", strong_etag(r.headers.get("etag"))
         if byte_range is not None:
             headers["Range"] = range_header(byte_range)
         headers.setdefault("Accept-Encoding",
                            ACCEPT_ENCODING if byte_range is None else "identity")
-        async with session.get(self.fs.encode_url(url), headers=headers,
-                               auto_decompress=False, **kwargs) as r:
+        async with self._request("GET", url, headers) as r:
             if r.status == 404:
                 return FileNotFoundError(url), None
             r.raise_for_status()  # 412 (replaced), 416 (past the end): the store maps them
             body = await r.read()
-            etag = strong_etag(r.headers.get("ETag"))
-            encoding = r.headers.get("Content-Encoding")
+            etag = strong_etag(r.headers.get("etag"))
+            encoding = r.headers.get("content-encoding")
             if byte_range is None or content_coding(encoding) is not None:
                 return await entity(body, encoding, url, byte_range), etag
-            content_range = r.headers.get("Content-Range")
+            content_range = r.headers.get("content-range")
             return requested_bytes(r.status, content_range, body, byte_range, url), etag
 
     async def read_into(self, url: str, value: Arriving, arrived: Callable[[], None]) -> None:
@@ -142,32 +158,26 @@ class HttpVersionedReads:
         after some bytes came in, asks only for the rest (``Range``).  Values sent without
         a strong ETag or a Content-Length, or content-encoded, are taken whole (such an
         attempt starts from scratch); transient failures are raised."""
-        session = await self.fs.set_session()
-        kwargs = dict(self.fs.kwargs)
-        kwargs.setdefault("timeout", self.timeout)
-        headers = dict(kwargs.pop("headers", None) or {})
+        headers = self._headers()
         started, resume = value.size is not None, value.have
         if started:
             headers["If-Match"] = str(value.version)
         if resume:
             headers["Range"] = f"bytes={resume}-"
         headers.setdefault("Accept-Encoding", "identity" if resume else ACCEPT_ENCODING)
-        async with session.get(self.fs.encode_url(url), headers=headers,
-                               auto_decompress=False, **kwargs) as r:
+        async with self._request("GET", url, headers) as r:
             if r.status == 404:
                 value.complete(None, None)
                 return
             r.raise_for_status()  # 412: replaced since the first attempt
-            etag = strong_etag(r.headers.get("ETag"))
-            length = r.headers.get("Content-Length")
-            encoding = r.headers.get("Content-Encoding")
+            etag = strong_etag(r.headers.get("etag"))
+            length = r.headers.get("content-length")
+            encoding = r.headers.get("content-encoding")
             identity = content_coding(encoding) is None
             skip = 0
             if started and (etag != value.version or not identity or (
                     r.status == 200 and length != str(value.size))):
-                raise aiohttp.ClientResponseError(  # (the store's VersionChangedError)
-                    r.request_info, r.history, status=412,
-                    message=f"{url} changed between two attempts of its read")
+                raise HttpStatusError(url, 412, "changed between two attempts of its read")
             if not started:
                 if etag is None or length is None or not identity:
                     decoded = await entity(await r.read(), encoding, url)
@@ -179,8 +189,73 @@ class HttpVersionedReads:
             elif r.status == 200:  # (a server that ignores Range: the rest is after skip)
                 skip = resume
             else:
-                check_rest(url, r.status, r.headers.get("Content-Range"), resume, value.size)
-            await fill(value, r.content.iter_any(), arrived, url, skip)
+                check_rest(url, r.status, r.headers.get("content-range"), resume, value.size)
+            await r.fill(value, arrived, skip)
+
+
+class Answer(Protocol):
+    """A response whose head is in, as HttpVersionedReads reads it (header names in lower
+    case)."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def raise_for_status(self) -> None: ...
+
+    async def read(self) -> bytes | memoryview: ...
+
+    async def fill(self, value: Arriving, arrived: Callable[[], None], skip: int) -> None:
+        """The body after its first ``skip`` bytes into ``value`` (see arriving.fill)."""
+        ...
+
+
+class Transport(Protocol):
+    def request(self, method: str, url: str, headers: dict[str, str], stall: float | None
+                ) -> AbstractAsyncContextManager[Answer]: ...
+
+
+class _Direct:
+    """shardvol's client: bodies straight into their buffers."""
+
+    def request(self, method: str, url: str, headers: dict[str, str], stall: float | None
+                ) -> AbstractAsyncContextManager[Answer]:
+        return http_client.client().request(method, url, headers, stall)
+
+
+class _Aiohttp:
+    """fsspec's aiohttp session (for options shardvol's client does not speak)."""
+
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+
+    @contextlib.asynccontextmanager
+    async def request(self, method: str, url: str, headers: dict[str, str],
+                      stall: float | None) -> AsyncIterator[Answer]:
+        session = await self.fs.set_session()
+        kwargs = {k: v for k, v in self.fs.kwargs.items() if k != "headers"}
+        kwargs.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=stall,
+                                                           sock_read=stall))
+        async with session.request(method, url, headers=headers, auto_decompress=False,
+                                   **kwargs) as r:
+            yield _AiohttpAnswer(r, url)
+
+
+class _AiohttpAnswer:
+    def __init__(self, r: aiohttp.ClientResponse, url: str) -> None:
+        self._r, self.url, self.status, self.headers = r, url, r.status, r.headers
+
+    def raise_for_status(self) -> None:
+        if self.status >= 400:
+            raise HttpStatusError(self.url, self.status, self._r.reason or "", self.headers)
+
+    async def read(self) -> bytes:
+        return await self._r.read()
+
+    async def fill(self, value: Arriving, arrived: Callable[[], None], skip: int) -> None:
+        await fill(value, self._r.content.iter_any(), arrived, self.url, skip)
 
 
 def check_rest(url: str, status: int, content_range: str | None, start: int,
@@ -199,10 +274,10 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 def requested_bytes(
     status: int,
     content_range: str | None,
-    body: bytes,
+    body: bytes | memoryview,
     byte_range: tuple[int, int | None],
     url: str,
-) -> bytes | Exception:
+) -> bytes | memoryview | Exception:
     """The bytes ``byte_range`` asked for, out of a response: a 206's body holds what its
     ``Content-Range`` says (which may be more than was asked), any other status the whole
     value (a server that ignores Range). ByteRangeError if the value ends first."""

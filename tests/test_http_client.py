@@ -1,0 +1,314 @@
+"""shardvol's HTTP/1.1 client (shardvol/kvstore/http_client.py) against a raw socket server
+that answers the way real servers may: bodies framed by length, chunked or ended by a
+close; heads and bodies split at every byte; HTTP/1.0; 1xx answers; redirects; and the
+misbehaviours (garbage, huge heads, bodies cut short, stalls, idle connections closed).
+The bytes served are random; each answer is checked against them, and the well-formed
+ones against urllib reading the same URL."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import socketserver
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from shardvol.errors import StoreError
+from shardvol.kvstore.arriving import Arriving
+from shardvol.kvstore.http_client import (
+    MAX_HEAD,
+    HttpProtocolError,
+    HttpStatusError,
+    client,
+)
+from shardvol.kvstore.retry import transient
+
+
+def _body(n: int) -> bytes:
+    return np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: _Server
+
+    def _send(self, data: bytes) -> None:
+        if self.server.trickle:  # (in pieces of 1-700 bytes: heads split anywhere)
+            rng = np.random.default_rng(len(data))
+            i = 0
+            while i < len(data):
+                n = int(rng.integers(1, 700))
+                self.request.sendall(data[i:i + n])
+                i += n
+                if rng.random() < 0.05:
+                    time.sleep(0.001)
+        else:
+            self.request.sendall(data)
+
+    def handle(self) -> None:
+        self.server.connections += 1
+        pending = b""
+        while True:
+            while b"\r\n\r\n" not in pending:
+                got = self.request.recv(65536)
+                if not got:
+                    return
+                pending += got
+            head, pending = pending.split(b"\r\n\r\n", 1)
+            lines = head.decode().split("\r\n")
+            method, path, _ = lines[0].split(" ")
+            self.server.seen.append((method, path, lines[1:]))
+            if not self.answer(method, path):
+                return
+
+    def answer(self, method: str, path: str) -> bool:
+        """Send the answer to ``path``; whether the connection stays open."""
+        kind, _, arg = path.strip("/").partition("/")
+        n = int(arg) if arg.isdigit() else 0
+        body = _body(n)
+        if kind == "len":
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nETag: \"e{n}\"\r\n\r\n"
+            self._send(head.encode() + (b"" if method == "HEAD" else body))
+            return True
+        if kind == "chunked":
+            rng = np.random.default_rng(n + 1)
+            out = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"]
+            i = 0
+            while i < n:
+                k = int(rng.integers(1, 5000))
+                out.append(b"%x;ext=1\r\n" % len(body[i:i + k]) + body[i:i + k] + b"\r\n")
+                i += k
+            out.append(b"0\r\nX-Trailer: t\r\n\r\n")
+            self._send(b"".join(out))
+            return True
+        if kind == "close":
+            self._send(b"HTTP/1.0 200 OK\r\n\r\n" + body)
+            return False
+        if kind == "http10":
+            self._send(f"HTTP/1.0 200 OK\r\nContent-Length: {n}\r\n\r\n".encode() + body)
+            return False
+        if kind == "continue":
+            self._send(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n"
+                       b"\r\nabc")
+            return True
+        if kind == "redirect":
+            target = "/len/5000" if n == 0 else f"/redirect/{n - 1}"
+            self._send(f"HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 5\r\n"
+                       "\r\nmoved".encode())
+            return True
+        if kind == "missing":
+            self._send(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            return True
+        if kind == "busy":
+            self._send(b"HTTP/1.1 503 Slow Down\r\nRetry-After: 2\r\nContent-Length: 4\r\n"
+                       b"\r\nbusy")
+            return True
+        if kind == "garbage":
+            self._send(b"HELLO THERE\r\n\r\n")
+            return False
+        if kind == "bighead":
+            self._send(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (MAX_HEAD + 10) + b"\r\n\r\n")
+            return False
+        if kind == "short":
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n"
+            self._send(head.encode() + body[: n // 2])
+            return False
+        if kind == "stall":
+            self._send(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode()
+                       + body[:100])
+            time.sleep(0.6)
+            return False
+        if kind == "once":  # (answers, then closes the connection while it is idle)
+            self._send(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode() + body)
+            time.sleep(0.05)
+            return False
+        raise AssertionError(path)
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, trickle: bool) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.trickle = trickle
+        self.connections = 0
+        self.seen: list[tuple[str, str, list[str]]] = []
+
+
+@pytest.fixture(params=[False, True], ids=["whole", "trickled"])
+def server(request):
+    srv = _Server(request.param)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+async def _get(url: str, method: str = "GET", stall: float | None = 5.0
+               ) -> tuple[int, dict[str, str], bytes]:
+    async with client().request(method, url, {}, stall) as answer:
+        body = bytes(await answer.read())
+        return answer.status, answer.headers, body
+
+
+def _run(coro):
+    async def run():
+        try:
+            return await coro
+        finally:
+            client().close()  # (the pool ends with this test's loop)
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("path,n", [("len", 0), ("len", 1), ("len", 70_000),
+                                    ("len", 600_000), ("chunked", 0), ("chunked", 123_457),
+                                    ("close", 0), ("close", 300_001), ("http10", 40_000)])
+def test_bodies_however_framed_are_the_bytes_sent(server, path, n):
+    _, base = server
+    status, _, body = _run(_get(f"{base}/{path}/{n}"))
+    assert status == 200 and body == _body(n)
+    with urllib.request.urlopen(f"{base}/{path}/{n}") as r:
+        assert r.read() == body  # (an independent client agrees)
+
+
+def test_a_body_lands_in_the_given_buffer_and_a_connection_serves_many_requests(server):
+    srv, base = server
+    sizes = [0, 5, 300_000, 17, 2_000_000, 65_536]
+    progress: dict[int, list[int]] = {n: [] for n in sizes}
+
+    async def main():
+        out = []
+        for n in sizes:
+            value = Arriving()
+            async with client().request("GET", f"{base}/len/{n}", {}, 5.0) as answer:
+                value.start(int(answer.headers["content-length"]), answer.headers["etag"])
+                await answer.fill(value, lambda v=value, n=n: progress[n].append(v.have))
+            out.append(value)
+        return out
+
+    values = _run(main())
+    for n, value in zip(sizes, values):
+        assert value.done and value.have == n and bytes(value.view()) == _body(n)
+        seen = progress[n]  # (told as the bytes came in, never going back)
+        assert seen[-1] == n and seen == sorted(seen)
+    assert len(set(progress[2_000_000])) > 1  # (a large body is told in steps)
+    assert srv.connections == 1  # (one kept-alive connection for every request)
+
+
+def test_answers_that_fill_the_scratch_buffer_before_they_are_read(server):
+    """Whole answers already in the socket when the reader gets to them: the head and the
+    first 256 KiB fill the buffer at once (reading pauses until the reader takes them)."""
+    srv, base = server
+    sizes = [3_000_000, 262_000]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        out = []
+        for n in sizes:
+            loop.call_later(0.01, time.sleep, 0.2)  # (the loop busy while the answer comes)
+            out.append(await _get(f"{base}/len/{n}"))
+            loop.call_later(0.01, time.sleep, 0.2)
+            async with client().request("GET", f"{base}/len/{n}", {}, 5.0) as answer:
+                value = Arriving()
+                value.start(n, None)
+                await answer.fill(value, lambda: None)
+                out.append((answer.status, answer.headers, bytes(value.view())))
+        return out
+
+    got = _run(main())
+    for (status, _, body), n in zip(got, [n for n in sizes for _ in (0, 1)]):
+        assert status == 200 and body == _body(n)
+    assert srv.connections == 1
+
+
+def test_a_head_request_has_no_body_and_keeps_the_connection(server):
+    srv, base = server
+
+    async def main():
+        first = await _get(f"{base}/len/1000", "HEAD")
+        second = await _get(f"{base}/len/1000")
+        return first, second
+
+    (status, headers, body), (_, _, body2) = _run(main())
+    assert status == 200 and headers["content-length"] == "1000" and body == b""
+    assert body2 == _body(1000) and srv.connections == 1
+
+
+def test_informational_answers_are_skipped_and_redirects_followed(server):
+    _, base = server
+    assert _run(_get(f"{base}/continue"))[2] == b"abc"
+    status, _, body = _run(_get(f"{base}/redirect/3"))
+    assert status == 200 and body == _body(5000)
+    with pytest.raises(StoreError, match="redirects"):
+        _run(_get(f"{base}/redirect/11"))
+
+
+def test_statuses_are_given_to_the_caller_with_their_headers(server):
+    _, base = server
+
+    async def main():
+        async with client().request("GET", f"{base}/busy", {}, 5.0) as answer:
+            answer.raise_for_status()
+
+    with pytest.raises(HttpStatusError) as e:
+        _run(main())
+    assert e.value.status == 503 and e.value.headers["retry-after"] == "2"
+    assert _run(_get(f"{base}/missing/"))[0] == 404
+
+
+@pytest.mark.parametrize("path,error,match", [
+    ("garbage", HttpProtocolError, "not an HTTP"),
+    ("bighead", HttpProtocolError, "head of over"),
+    ("short/100000", ConnectionResetError, "ended after"),
+    ("stall/100000", TimeoutError, "no byte"),
+])
+def test_misbehaving_servers_are_errors_the_retries_know(server, path, error, match):
+    _, base = server
+
+    async def main():
+        async with client().request("GET", f"{base}/{path}", {}, 0.3) as answer:
+            value = Arriving()
+            value.start(answer.length or 0, None)
+            await answer.fill(value, lambda: None)
+
+    with pytest.raises(error, match=match) as e:
+        _run(main())
+    assert transient(e.value)
+
+
+def test_a_pooled_connection_closed_by_the_server_is_replaced_unseen(server):
+    srv, base = server
+
+    async def main():
+        first = await _get(f"{base}/once/10")
+        await asyncio.sleep(0.2)  # (the server has closed the pooled connection)
+        return first, await _get(f"{base}/len/20")
+
+    (_, _, a), (_, _, b) = _run(main())
+    assert a == _body(10) and b == _body(20) and srv.connections == 2
+
+
+def test_headers_with_line_breaks_are_refused(server):
+    _, base = server
+
+    async def main():
+        async with client().request("GET", f"{base}/len/1", {"X": "a\r\nHost: evil"}, 1.0):
+            pass
+
+    with pytest.raises(ValueError, match="line break"):
+        _run(main())
+
+
+def test_a_refused_connection_is_a_transient_error():
+    with socket.socket() as s:  # (a port nobody listens on)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionError) as e:
+        _run(_get(f"http://127.0.0.1:{port}/len/1"))
+    assert transient(e.value)
