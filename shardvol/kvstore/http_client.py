@@ -14,11 +14,11 @@ host and event loop.  What it does not: proxies, cookies, client certificates, H
 stores configured with any of those keep fsspec's aiohttp session (see
 :mod:`shardvol.kvstore.versioned_reads`).  Bodies are not content-decoded.
 
-Failures are the exceptions the retry policy knows as transient (see
-:mod:`shardvol.kvstore.retry`): ``ConnectionResetError`` for a connection closed before
-the answer or the body's end, ``TimeoutError`` for ``stall`` seconds without a byte,
-``HttpProtocolError`` (a ``ConnectionError``) for an answer that is not HTTP.  A status
-that the caller does not want is its :class:`HttpStatusError`.
+Failures the retry policy knows as transient (see :mod:`shardvol.kvstore.retry`):
+``ConnectionError`` for a connection refused, unreachable, or closed before the answer or
+the body's end; ``TimeoutError`` for ``stall`` seconds without a byte.  An answer that is
+not HTTP/1 is an :class:`HttpProtocolError` (a StoreError: not retried).  A status that the
+caller does not want is its :class:`HttpStatusError`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
 from urllib.parse import urljoin, urlsplit
@@ -39,6 +41,9 @@ MAX_HEAD = 64 << 10
 MAX_IDLE = 64
 _SCRATCH = 256 << 10  # the buffer of heads and of bodies not given a buffer of their own
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
+#: Request headers not sent on to another origin by a redirect.
+_CREDENTIALS = frozenset({"authorization", "cookie", "proxy-authorization"})
 _MAX_REDIRECTS = 10
 
 
@@ -52,7 +57,7 @@ class HttpStatusError(Exception):
         self.status, self.headers = status, dict(headers or {})
 
 
-class HttpProtocolError(ConnectionError):
+class HttpProtocolError(StoreError):
     """The server's answer is not well-formed HTTP/1.1."""
 
 
@@ -69,13 +74,19 @@ class Answer:
         connection = _tokens(headers, "connection")
         self.reusable = ("close" not in connection if version == "HTTP/1.1"
                          else "keep-alive" in connection)
+        coding = [t.strip().lower() for t in headers.get("transfer-encoding", "").split(",")]
+        if "transfer-encoding" in headers and ("content-length" in headers
+                                               or version == "HTTP/1.0"):
+            self.reusable = False  # (RFC 9112 6.3: framing not to be trusted after it)
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             self._length = 0
-        elif "chunked" in _tokens(headers, "transfer-encoding"):
-            self._chunked = True
+            self.reusable = self.reusable and status != 101
+        elif "transfer-encoding" in headers:
+            self._chunked = coding[-1] == "chunked"  # (else the body ends with the connection)
+            self.reusable = self.reusable and self._chunked
         elif "content-length" in headers:
             text = headers["content-length"].strip()
-            if not text.isdigit():
+            if not (text.isascii() and text.isdigit()):
                 raise HttpProtocolError(f"{url}: Content-Length {text!r}")
             self._length = int(text)
         else:  # (the body ends with the connection)
@@ -99,20 +110,22 @@ class Answer:
             while True:
                 line = await conn.read_line(self.url)
                 size_text = line.split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
-                    raise HttpProtocolError(f"{self.url}: chunk size {line[:40]!r}") from None
+                if not _CHUNK_SIZE.fullmatch(size_text):
+                    raise HttpProtocolError(f"{self.url}: chunk size {line[:40]!r}")
+                size = int(size_text, 16)
                 if size == 0:
                     while await conn.read_line(self.url):  # (trailers, to the empty line)
                         pass
                     break
-                body += await conn.read_exact(size, self.url)
+                while size:  # (in pieces: the size is the server's word)
+                    piece = min(size, _SCRATCH)
+                    body += await conn.read_exact(piece, self.url)
+                    size -= piece
                 if await conn.read_line(self.url):
                     raise HttpProtocolError(f"{self.url}: no line end after a chunk")
             result: bytes | memoryview = bytes(body)
         elif self._length is None:
-            result = bytes(await conn.read_to_end())
+            result = bytes(await conn.read_to_end(self.url))
         elif self._length <= _SCRATCH:
             result = await conn.read_bytes(self._length, self.url)
         else:
@@ -181,6 +194,10 @@ class _Connection(asyncio.BufferedProtocol):
         self.lost = exc or ConnectionResetError("the connection was closed")
         self._wake()
 
+    def buffered(self) -> int:
+        """Bytes received and not taken yet."""
+        return self._end - self._start
+
     def eof_received(self) -> bool:
         self.eof = True
         self._wake()
@@ -219,10 +236,11 @@ class _Connection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     # -- the reader's side --------------------------------------------------------------
-    async def _more(self, url: str) -> None:
-        """Wait for more bytes; ConnectionResetError if none will come, TimeoutError after
-        ``stall`` seconds without one."""
-        if self.lost is not None or self.eof:
+    async def _more(self, url: str, at_end: bool = False) -> None:
+        """Wait for more bytes (or, ``at_end``, for the connection's end);
+        ConnectionResetError if none will come, TimeoutError after ``stall`` seconds without
+        one."""
+        if not at_end and (self.lost is not None or self.eof):
             raise ConnectionResetError(f"{url}: the server closed the connection early")
         if self._paused:  # (the scratch buffer was full: make room, receive again)
             self._compact()
@@ -259,7 +277,7 @@ class _Connection(asyncio.BufferedProtocol):
                 await self._more(url)
             head = bytes(self._take(at + 4 - self._start))
             version, status, reason, headers = _parse_head(head, url)
-            if not 100 <= status < 200:
+            if not 100 <= status < 200 or status == 101:
                 return version, status, reason, headers
 
     async def read_line(self, url: str) -> bytes:
@@ -294,16 +312,19 @@ class _Connection(asyncio.BufferedProtocol):
             got += step
         return out
 
-    async def read_to_end(self) -> bytearray:
-        """Every byte until the server closes the connection."""
+    async def read_to_end(self, url: str) -> bytearray:
+        """Every byte until the server ends the connection (an end other than its FIN, a
+        reset, is a ConnectionResetError: the body may be cut short)."""
         out = bytearray()
         while True:
             out += self._take(self._end - self._start)
             self._start = self._end = 0
-            if self.eof or self.lost is not None:
+            if self.eof:
                 return out
-            with contextlib.suppress(ConnectionResetError):
-                await self._more("")
+            if self.lost is not None:
+                raise ConnectionResetError(f"{url}: the connection ended without its FIN "
+                                           f"after {len(out)} bytes of the body")
+            await self._more(url, at_end=True)
 
     async def read_into(self, into: memoryview, url: str,
                         arrived: Callable[[int], None] | None) -> None:
@@ -353,6 +374,11 @@ def _time_out(waiter: asyncio.Future[None], stall: float, url: str) -> None:
         waiter.set_exception(TimeoutError(f"{url}: no byte from the server for {stall} s"))
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
 def _parse_head(head: bytes, url: str) -> tuple[str, int, str, dict[str, str]]:
     try:
         lines = head[:-4].decode("latin-1").split("\r\n")
@@ -389,14 +415,15 @@ class Client:
             tls = self._ssl
         connecting = loop.create_connection(lambda: _Connection(loop, key, stall), host, port,
                                             ssl=tls)
-        if stall is None:
-            _, conn = await connecting
-        else:
-            try:
-                _, conn = await asyncio.wait_for(connecting, stall)
-            except asyncio.TimeoutError:
-                raise TimeoutError(f"{scheme}://{host}:{port}: no connection in "
-                                   f"{stall} s") from None
+        try:
+            _, conn = await (connecting if stall is None
+                             else asyncio.wait_for(connecting, stall))
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"{scheme}://{host}:{port}: no connection in {stall} s") from None
+        except (ssl.SSLError, socket.gaierror, ConnectionError):
+            raise  # (the retry policy knows these)
+        except OSError as e:  # (unreachable, every address refused, no local port, ...)
+            raise ConnectionError(f"{scheme}://{host}:{port}: cannot connect: {e}") from e
         return conn
 
     @contextlib.asynccontextmanager
@@ -408,7 +435,13 @@ class Client:
             conn, answer = await self._exchange(method, url, headers, stall)
             if answer.status in _REDIRECTS and "location" in answer.headers:
                 await self._finish(conn, answer, drain=True)
-                url = urljoin(url, answer.headers["location"])
+                target = urljoin(url, answer.headers["location"])
+                if _origin(target) != _origin(url):  # (credentials stay with their origin)
+                    if urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https":
+                        raise StoreError(f"{url}: redirected to {target}, not over https")
+                    headers = {k: v for k, v in headers.items()
+                               if k.lower() not in _CREDENTIALS}
+                url = target
                 continue
             try:
                 yield answer
@@ -457,17 +490,23 @@ class Client:
                 raise
 
     async def _finish(self, conn: _Connection, answer: Answer, drain: bool) -> None:
-        """Pool the connection if its answer was read whole (``drain``: read it now)."""
-        if drain and not answer.complete and (answer.length or 0) <= _SCRATCH:
-            with contextlib.suppress(Exception):
-                await answer.read()
+        """Pool the connection if its answer was read whole (``drain``: read it now; a
+        short body already received, as of an error status, is dropped)."""
+        length = answer.length
+        if not answer.complete and length is not None and (
+                conn.buffered() >= length or (drain and length <= _SCRATCH)):
+            try:
+                await conn.read_exact(length, answer.url, keep=False)
+                answer.complete = True
+            except BaseException:
+                conn.close()
+                raise
         if answer.complete and answer.reusable and conn.idle_ok:
             idle = self._idle.setdefault(conn.key, [])
             if len(idle) < MAX_IDLE:
                 idle.append(conn)
                 return
         conn.close()
-
 
     def close(self) -> None:
         """Close the pooled connections."""

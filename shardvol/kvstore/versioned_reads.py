@@ -171,7 +171,8 @@ class HttpVersionedReads:
                 return
             r.raise_for_status()  # 412: replaced since the first attempt
             etag = strong_etag(r.headers.get("etag"))
-            length = r.headers.get("content-length")
+            length = (None if "transfer-encoding" in r.headers  # (framed otherwise)
+                      else r.headers.get("content-length"))
             encoding = r.headers.get("content-encoding")
             identity = content_coding(encoding) is None
             skip = 0
