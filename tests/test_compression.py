@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardvol.compression import gzip_compress, gzip_decompress, is_gzip
+from shardvol.compression import gzip_compress, gzip_decompress, is_gzip, zstd_compress
 from shardvol.errors import ChunkDecodeError
 
 
@@ -93,3 +93,45 @@ def test_mutated_streams_never_crash(data):
     except ChunkDecodeError:
         return
     assert isinstance(out, bytes)
+
+
+@pytest.mark.parametrize("level", [-5, 0, 1, 3, 19])
+@pytest.mark.parametrize("checksum", [False, True])
+def test_zstd_frames_decode_elsewhere_and_say_what_they_hold(level, checksum):
+    """Frames from the per-thread compressors: numcodecs and imagecodecs (other zstd builds)
+    decode them; the header holds the content size and, if asked, the checksum flag; a
+    negative level is zstd's fast mode, not the default."""
+    import imagecodecs
+    import numcodecs
+    import numpy as np
+
+    rng = np.random.default_rng(level + 10)
+    data = (rng.integers(0, 8, 300_000, dtype=np.uint8) * 17).tobytes()
+    frame = zstd_compress(data, level, checksum)
+    assert numcodecs.Zstd().decode(frame) == data
+    assert imagecodecs.zstd_decode(frame) == data
+    descriptor = frame[4]
+    assert bool(descriptor & 0x04) == checksum  # Content_Checksum_flag
+    assert descriptor >> 6 == 2  # Frame_Content_Size_flag: a 4-byte size
+    assert int.from_bytes(frame[5:9], "little") == len(data)
+    if level < 0:
+        assert len(frame) > len(zstd_compress(data, 3))
+    if checksum:  # a flipped byte of the content is caught by the checksum
+        bad = bytearray(frame)
+        bad[len(bad) // 2] ^= 0xFF
+        with pytest.raises(RuntimeError, match="checksum|corrupt"):
+            numcodecs.Zstd().decode(bytes(bad))
+
+
+def test_zstd_compressors_are_one_per_thread():
+    """Threads compressing at once, each with its own compressor, give each its frame."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numcodecs
+    import numpy as np
+
+    blobs = [np.random.default_rng(i).integers(0, 4, 200_000 + i, dtype=np.uint8).tobytes()
+             for i in range(64)]
+    with ThreadPoolExecutor(8) as pool:
+        frames = list(pool.map(lambda b: zstd_compress(b, 3), blobs))
+    assert [numcodecs.Zstd().decode(f) for f in frames] == blobs

@@ -29,7 +29,7 @@ import numpy as np
 from shardvol._ext import transpose
 from shardvol._ext.staging import staging_buffer
 from shardvol.array.values import is_fill
-from shardvol.compression import gzip_compress, gzip_decompress, is_gzip
+from shardvol.compression import gzip_compress, gzip_decompress, is_gzip, zstd_compress
 from shardvol.errors import (
     ChecksumError,
     ChunkDecodeError,
@@ -411,12 +411,7 @@ class ZstdCodec(BytesBytesCodec):
         }
 
     def encode(self, data: bytes) -> bytes:
-        if self.checksum:  # imagecodecs cannot add the frame checksum; numcodecs can
-            import numcodecs
-
-            return bytes(numcodecs.Zstd(level=self.level, checksum=True).encode(data))
-        encoded = imagecodecs.zstd_encode(data, level=self.level)
-        return encoded  # type: ignore[return-value]  # imagecodecs returns bytes without out=
+        return zstd_compress(data, self.level, self.checksum)
 
     def decode(
         self,
