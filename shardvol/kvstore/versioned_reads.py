@@ -25,9 +25,8 @@ import aiohttp
 
 from shardvol.compression import FILE_SUFFIXES, content_coding, decompress
 from shardvol.errors import ByteRangeError, StoreError
-from shardvol.kvstore import http_client
 from shardvol.kvstore.arriving import Arriving, fill
-from shardvol.kvstore.http_client import HttpStatusError
+from shardvol.kvstore.http_client import HttpStatusError, client
 
 #: What a content-encoded value may decode to at most (a "bomb" beyond is an error).
 MAX_DECODED = 1 << 30
@@ -223,7 +222,7 @@ class _Direct:
 
     def request(self, method: str, url: str, headers: dict[str, str], stall: float | None
                 ) -> AbstractAsyncContextManager[Answer]:
-        return http_client.client().request(method, url, headers, stall)
+        return client().request(method, url, headers, stall)
 
 
 class _Aiohttp:
