@@ -549,7 +549,7 @@ def main() -> None:
     if args.backends:
         paths = [bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
                  for name in ("raw sharded", "raw") for ds in bv.DATASETS if ds.name == name]
-        print("\n| request path | shardvol (fsspec + aiohttp) | obstore, 64 threads "
+        print("\n| request path | shardvol | obstore, 64 threads "
               "| obstore, asyncio | threads / shardvol |\n|---|---:|---:|---:|---:|")
         bench_backends(args.data, *paths, args.latency, sizes.cutout)
 

@@ -119,7 +119,7 @@ def test_zstd_frames_decode_elsewhere_and_say_what_they_hold(level, checksum):
     if checksum:  # a flipped byte of the content is caught by the checksum
         bad = bytearray(frame)
         bad[len(bad) // 2] ^= 0xFF
-        with pytest.raises(RuntimeError, match="checksum|corrupt"):
+        with pytest.raises(RuntimeError, match=r"checksum|corrupt"):
             numcodecs.Zstd().decode(bytes(bad))
 
 
