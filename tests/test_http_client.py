@@ -33,6 +33,22 @@ def _body(n: int) -> bytes:
     return np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
+# fixed answers, and whether the connection stays open after each
+_CANNED = {
+    "continue": (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"
+                 b"abc", True),
+    "missing": (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", True),
+    "busy": (b"HTTP/1.1 503 Slow Down\r\nRetry-After: 2\r\nContent-Length: 4\r\n\r\nbusy", True),
+    "badchunk": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nabcde\r\n"
+                 b"0\r\n\r\n", False),
+    # (chunked and a Content-Length: the chunks frame it, the connection is not reused)
+    "both": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+             b"5\r\nabcde\r\n0\r\n\r\n", True),
+    "garbage": (b"HELLO THERE\r\n\r\n", False),
+    "bighead": (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (MAX_HEAD + 10) + b"\r\n\r\n", False),
+}
+
+
 class _Handler(socketserver.BaseRequestHandler):
     server: _Server
 
@@ -68,6 +84,10 @@ class _Handler(socketserver.BaseRequestHandler):
     def answer(self, method: str, path: str) -> bool:
         """Send the answer to ``path``; whether the connection stays open."""
         kind, _, arg = path.lstrip("/").partition("/")
+        if kind in _CANNED:
+            answer, keep = _CANNED[kind]
+            self._send(answer)
+            return keep
         n = int(arg) if arg.isdigit() else 0
         body = _body(n)
         if kind == "len":
@@ -91,29 +111,10 @@ class _Handler(socketserver.BaseRequestHandler):
         if kind == "http10":
             self._send(f"HTTP/1.0 200 OK\r\nContent-Length: {n}\r\n\r\n".encode() + body)
             return False
-        if kind == "continue":
-            self._send(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n"
-                       b"\r\nabc")
-            return True
         if kind == "redirect":
             target = "/len/5000" if n == 0 else f"/redirect/{n - 1}"
             self._send(f"HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 5\r\n"
                        "\r\nmoved".encode())
-            return True
-        if kind == "missing":
-            self._send(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-            return True
-        if kind == "busy":
-            self._send(b"HTTP/1.1 503 Slow Down\r\nRetry-After: 2\r\nContent-Length: 4\r\n"
-                       b"\r\nbusy")
-            return True
-        if kind == "badchunk":
-            self._send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nabcde\r\n"
-                       b"0\r\n\r\n")
-            return False
-        if kind == "both":  # (chunked and a Content-Length: the chunks frame it)
-            self._send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3"
-                       b"\r\n\r\n5\r\nabcde\r\n0\r\n\r\n")
             return True
         if kind == "reset":  # (a body ended by the connection, cut by a reset)
             self._send(b"HTTP/1.0 200 OK\r\n\r\n" + body[: n // 2])
@@ -131,12 +132,6 @@ class _Handler(socketserver.BaseRequestHandler):
             self._send(f"HTTP/1.1 307 Moved\r\nLocation: {target}\r\nContent-Length: 0\r\n"
                        "\r\n".encode())
             return True
-        if kind == "garbage":
-            self._send(b"HELLO THERE\r\n\r\n")
-            return False
-        if kind == "bighead":
-            self._send(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (MAX_HEAD + 10) + b"\r\n\r\n")
-            return False
         if kind == "short":
             head = f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n"
             self._send(head.encode() + body[: n // 2])
