@@ -263,7 +263,8 @@ class _Connection(asyncio.BufferedProtocol):
         return view
 
     async def read_head(self, url: str) -> tuple[str, int, str, dict[str, str]]:
-        """``(version, status, reason, headers)`` of the next answer (1xx skipped)."""
+        """``(version, status, reason, headers)`` of the next answer (interim 1xx answers
+        skipped; 101 is final)."""
         while True:
             searched = 0
             while True:
