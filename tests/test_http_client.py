@@ -45,6 +45,7 @@ _CANNED = {
     "both": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
              b"5\r\nabcde\r\n0\r\n\r\n", True),
     "garbage": (b"HELLO THERE\r\n\r\n", False),
+    "lf": (b"HTTP/1.1 200 OK\nContent-Length: 3\nX-Mixed: 1\r\n\nabc", True),
     "bighead": (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (MAX_HEAD + 10) + b"\r\n\r\n", False),
 }
 
@@ -262,6 +263,8 @@ def test_a_head_request_has_no_body_and_keeps_the_connection(server):
 def test_informational_answers_are_skipped_and_redirects_followed(server):
     _, base = server
     assert _run(_get(f"{base}/continue"))[2] == b"abc"
+    status, headers, body = _run(_get(f"{base}/lf"))  # (lines ended by a bare LF)
+    assert status == 200 and headers["x-mixed"] == "1" and body == b"abc"
     status, _, body = _run(_get(f"{base}/redirect/3"))
     assert status == 200 and body == _body(5000)
     with pytest.raises(StoreError, match="redirects"):

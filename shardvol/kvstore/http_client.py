@@ -42,6 +42,8 @@ MAX_IDLE = 64
 _SCRATCH = 256 << 10  # the buffer of heads and of bodies not given a buffer of their own
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
+# the blank line that ends a head (RFC 9112 2.2: a bare LF may end a line too)
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 #: Request headers not sent on to another origin by a redirect.
 _CREDENTIALS = frozenset({"authorization", "cookie", "proxy-authorization"})
 _MAX_REDIRECTS = 10
@@ -268,15 +270,15 @@ class _Connection(asyncio.BufferedProtocol):
         while True:
             searched = 0
             while True:
-                at = self._scratch.find(b"\r\n\r\n", self._start + max(searched - 3, 0),
-                                        self._end)
-                searched = self._end - self._start if at < 0 else at + 4 - self._start
+                m = _HEAD_END.search(self._scratch, self._start + max(searched - 3, 0),
+                                     self._end)
+                searched = (self._end if m is None else m.end()) - self._start
                 if searched > MAX_HEAD:
                     raise HttpProtocolError(f"{url}: an answer's head of over {MAX_HEAD} bytes")
-                if at >= 0:
+                if m is not None:
                     break
                 await self._more(url)
-            head = bytes(self._take(at + 4 - self._start))
+            head = bytes(self._take(m.end() - self._start))
             version, status, reason, headers = _parse_head(head, url)
             if not 100 <= status < 200 or status == 101:
                 return version, status, reason, headers
@@ -382,7 +384,8 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 
 def _parse_head(head: bytes, url: str) -> tuple[str, int, str, dict[str, str]]:
     try:
-        lines = head[:-4].decode("latin-1").split("\r\n")
+        lines = [line.removesuffix("\r") for line in
+                 head.decode("latin-1").rstrip("\r\n").split("\n")]
         version, status_text, *reason = lines[0].split(" ", 2)
         status = int(status_text)
     except (ValueError, IndexError):
