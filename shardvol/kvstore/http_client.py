@@ -440,8 +440,9 @@ class Client:
             if answer.status in _REDIRECTS and "location" in answer.headers:
                 await self._finish(conn, answer, drain=True)
                 target = urljoin(url, answer.headers["location"])
-                if _origin(target) != _origin(url):  # (credentials stay with their origin)
-                    if urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https":
+                here, there = _origin(url), _origin(target)
+                if there != here:  # (credentials stay with their origin)
+                    if here[0] == "https" and there[0] != "https":
                         raise StoreError(f"{url}: redirected to {target}, not over https")
                     headers = {k: v for k, v in headers.items()
                                if k.lower() not in _CREDENTIALS}
