@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from .s3_server import s3_server
-from .stores import TRANSPORTS
+from .stores import S3_TRANSPORTS, TRANSPORTS
 
 
 @pytest.fixture(scope="module")
@@ -18,4 +18,10 @@ def s3():
 @pytest.fixture(params=list(TRANSPORTS))
 def transport(request):
     """The way HTTP reads are sent (tests/stores.py's TRANSPORTS)."""
+    return request.param
+
+
+@pytest.fixture(params=list(S3_TRANSPORTS))
+def s3_transport(request):
+    """The way S3 reads are sent (tests/stores.py's S3_TRANSPORTS)."""
     return request.param

@@ -21,7 +21,7 @@ from shardvol.sharding import ShardReader
 from .fault_server import FaultServer
 from .oracles import ts_create, ts_open
 from .s3_server import new_bucket
-from .stores import http_store
+from .stores import http_store, s3_store
 
 SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
             "minishard_bits": 3, "shard_bits": 0, "minishard_index_encoding": "gzip",
@@ -150,7 +150,7 @@ def test_a_resumed_read_answered_with_other_bytes_is_a_store_error(volume, trans
             vol[...]
 
 
-def test_an_s3_shard_read_cut_short_resumes_where_it_stopped(s3, tmp_path):
+def test_an_s3_shard_read_cut_short_resumes_where_it_stopped(s3, tmp_path, s3_transport):
     """moto's S3 behind the fault server: the shard's GET loses the second half of its body,
     the retry asks for the rest of the same version."""
     bucket = new_bucket()
@@ -158,8 +158,8 @@ def test_an_s3_shard_read_cut_short_resumes_where_it_stopped(s3, tmp_path):
     Volume.create(f"{bucket}/v", size=[64, 64, 64], data_type="uint16",
                   chunk_size=[16, 16, 16], encoding="raw", sharding=SHARDING)[...] = data
     with FaultServer(str(tmp_path), upstream=s3) as proxy:
-        vol = Volume(FsspecStore(f"{bucket}/v", skip_instance_cache=True,
-                                 endpoint_url=proxy.url), cache_bytes=0)
+        vol = Volume(s3_store(f"{bucket}/v", s3_transport, endpoint_url=proxy.url),
+                     cache_bytes=0)
         proxy.stats(reset=True)
         proxy.set(plan=["short"])
         assert np.array_equal(vol[...], data)

@@ -55,7 +55,9 @@ from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 from shardvol.kvstore.s3_multipart import check_part_size, upload
-from shardvol.kvstore.versioned_reads import HttpVersionedReads, VersionedReads, strong_etag
+from shardvol.kvstore.s3_reads import S3Reads
+from shardvol.kvstore.s3_reads import plain as s3_plain
+from shardvol.kvstore.versioned_reads import VersionedReads, http_reads, strong_etag
 
 T = TypeVar("T")
 READ_ONLY_PROTOCOLS = {"http", "https"}
@@ -125,19 +127,17 @@ class FsspecStore(KVStore):
         policy = RetryPolicy(retries, timeout, stall=stall)
         self.part_size, self.multipart_threshold = check_part_size(part_size, multipart_threshold)
         self.requests = Requests(policy, io_concurrency)
-        if url_scheme(url) in S3_PROTOCOLS and "config_kwargs" not in storage_options:
-            # retried here, with this store's policy, not also by botocore; and as many
-            # connections as requests may be in flight (botocore's default is 10)
-            storage_options["config_kwargs"] = {
-                "retries": {"total_max_attempts": 1},
-                "max_pool_connections": max(io_concurrency or 0, io_concurrency_limit()),
-                "read_timeout": policy.stall, "connect_timeout": policy.stall,
-            }
         try:
             if url_scheme(url) in GCS_PROTOCOLS:  # (gcsfs, its requests tried once)
                 from shardvol.kvstore.gcs import filesystem
 
                 self.fs, root = filesystem(url, **storage_options)
+            elif url_scheme(url) in S3_PROTOCOLS:  # (s3fs, its requests tried once)
+                from shardvol.kvstore.s3_filesystem import filesystem as s3_filesystem
+
+                self.fs, root = s3_filesystem(
+                    url, policy, max(io_concurrency or 0, io_concurrency_limit()),
+                    **storage_options)
             else:
                 self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         except ImportError as e:  # gcsfs, s3fs, ... not installed
@@ -152,21 +152,21 @@ class FsspecStore(KVStore):
         self.conflict_timeout = lock_timeout
         self._objects: ConditionalObjects | None = None  # for leases
         self._cas: S3ConditionalObjects | None = None  # for set_if, delete_if
-        # reads that return versions and may require one: (url, range, ETag) -> (value, ETag)
-        self._reads: VersionedReads | None = None
+        # the GETs of S3 and HTTP(S) reads, which read the status and Content-Range and
+        # return versions: (url, range, ETag) -> (value, ETag); else fsspec's reads
+        self._gets: VersionedReads | None = None
         if protocols & S3_PROTOCOLS:
-            self.fs.retries = 1  # (s3fs's own retry loop of its calls)
             # lease requests outside the process's budget: a renewal must not wait behind
             # bulk reads (its holder would lose the lease)
             s3 = S3ConditionalObjects(self.fs, Requests(policy, process_budget=False))
             self._objects = s3
-            self._reads = s3 if versioned_reads else None
+            self._gets = S3Reads(self.fs, s3, policy.stall) if s3_plain(self.fs) else s3
             if versioned_reads:  # (the versions that set_if compares are the reads' ETags)
                 self._cas = S3ConditionalObjects(self.fs, self.requests)
-        # http(s) reads all go through our GETs, which read the status and Content-Range
-        self._http = HttpVersionedReads(self.fs, policy.stall) if self.read_only else None
-        if self._http is not None and versioned_reads:
-            self._reads = self._http
+        elif self.read_only:
+            self._gets = http_reads(self.fs, policy.stall)
+        # reads that return versions and may require one
+        self._reads = self._gets if versioned_reads else None
         self.locks_across_processes = self._objects is not None
         self.conditional_writes = self._cas is not None
         self._leases: dict[str, Lease] = {}
@@ -361,7 +361,7 @@ class FsspecStore(KVStore):
         """The coroutine function of one GET, retried within the budgets: (bytes or the
         exception that failed it, the response's version)."""
         path = self._path(key)
-        reads = self._reads or self._http
+        reads = self._gets
         # the versions are ETags: tokens that this store's own versioned reads returned
         etag = cast("str | None", version)
 

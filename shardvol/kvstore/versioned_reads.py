@@ -94,33 +94,22 @@ class VersionedReads(Protocol):
 
 
 class HttpVersionedReads:
-    """Ranged GETs over HTTP(S) that return each response's ETag.
+    """Ranged GETs over HTTP(S) that return each response's ETag, sent through a
+    :class:`Transport`, which names each value's URL and signs requests if need be: plain
+    HTTP(S) (:func:`http_reads`) or S3 (:mod:`shardvol.kvstore.s3_reads`)."""
 
-    They go through shardvol's client (:mod:`shardvol.kvstore.http_client`: bodies
-    received straight into their buffers), or through fsspec's aiohttp session for a
-    filesystem configured with what that client does not speak (``client_kwargs``, request
-    options other than ``headers``, its own ``get_client``)."""
-
-    def __init__(self, fs: Any, stall: float | None = None) -> None:
+    def __init__(self, transport: Transport, stall: float | None = None) -> None:
         """``stall``: seconds without a byte from the server before an attempt fails."""
-        self.fs, self.stall = fs, stall
-        from fsspec.implementations.http import get_client
-
-        plain = (not getattr(fs, "client_kwargs", None) and set(fs.kwargs) <= {"headers"}
-                 and getattr(fs, "get_client", get_client) is get_client)
-        self.transport: Transport = _Direct() if plain else _Aiohttp(fs)
-
-    def _headers(self) -> dict[str, str]:
-        return dict(self.fs.kwargs.get("headers") or {})
+        self.transport, self.stall = transport, stall
 
     def _request(self, method: str, url: str, headers: dict[str, str]
                  ) -> AbstractAsyncContextManager[Answer]:
-        return self.transport.request(method, str(self.fs.encode_url(url)), headers, self.stall)
+        return self.transport.request(method, url, headers, self.stall)
 
     async def read_one(self, url: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> ReadResult:
         """See VersionedReads; only strong ETags count as versions."""
-        headers = self._headers()
+        headers: dict[str, str] = {}
         if etag is not None:
             headers["If-Match"] = etag
         if byte_range is not None and byte_range[0] == byte_range[1]:  # no bytes: no Range
@@ -157,7 +146,7 @@ class HttpVersionedReads:
         after some bytes came in, asks only for the rest (``Range``).  Values sent without
         a strong ETag or a Content-Length, or content-encoded, are taken whole (such an
         attempt starts from scratch); transient failures are raised."""
-        headers = self._headers()
+        headers: dict[str, str] = {}
         started, resume = value.size is not None, value.have
         if started:
             headers["If-Match"] = str(value.version)
@@ -213,16 +202,35 @@ class Answer(Protocol):
 
 
 class Transport(Protocol):
-    def request(self, method: str, url: str, headers: dict[str, str], stall: float | None
+    """How HttpVersionedReads sends a request for the value at ``path``."""
+
+    def request(self, method: str, path: str, headers: dict[str, str], stall: float | None
                 ) -> AbstractAsyncContextManager[Answer]: ...
+
+
+def http_reads(fs: Any, stall: float | None) -> HttpVersionedReads:
+    """The versioned reads of an fsspec HTTP(S) filesystem: through shardvol's client
+    (:mod:`shardvol.kvstore.http_client`: bodies received straight into their buffers), or
+    through fsspec's aiohttp session for a filesystem configured with what that client does
+    not speak (``client_kwargs``, request options other than ``headers``, its own
+    ``get_client``)."""
+    from fsspec.implementations.http import get_client
+
+    plain = (not getattr(fs, "client_kwargs", None) and set(fs.kwargs) <= {"headers"}
+             and getattr(fs, "get_client", get_client) is get_client)
+    return HttpVersionedReads(_Direct(fs) if plain else _Aiohttp(fs), stall)
 
 
 class _Direct:
     """shardvol's client: bodies straight into their buffers."""
 
-    def request(self, method: str, url: str, headers: dict[str, str], stall: float | None
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+
+    def request(self, method: str, path: str, headers: dict[str, str], stall: float | None
                 ) -> AbstractAsyncContextManager[Answer]:
-        return client().request(method, url, headers, stall)
+        headers = {**(self.fs.kwargs.get("headers") or {}), **headers}
+        return client().request(method, str(self.fs.encode_url(path)), headers, stall)
 
 
 class _Aiohttp:
@@ -232,12 +240,14 @@ class _Aiohttp:
         self.fs = fs
 
     @contextlib.asynccontextmanager
-    async def request(self, method: str, url: str, headers: dict[str, str],
+    async def request(self, method: str, path: str, headers: dict[str, str],
                       stall: float | None) -> AsyncIterator[Answer]:
         session = await self.fs.set_session()
         kwargs = {k: v for k, v in self.fs.kwargs.items() if k != "headers"}
         kwargs.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=stall,
                                                            sock_read=stall))
+        headers = {**(self.fs.kwargs.get("headers") or {}), **headers}
+        url = str(self.fs.encode_url(path))
         async with session.request(method, url, headers=headers, auto_decompress=False,
                                    **kwargs) as r:
             yield _AiohttpAnswer(r, url)

@@ -1,0 +1,212 @@
+"""S3 reads through shardvol's client: SigV4 signatures (against botocore's signer, and
+against moto's server checking them), the URLs botocore gives a bucket's keys, S3's error
+answers, and the buckets whose reads go back to botocore."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import socket
+import threading
+import urllib.request
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials as BotoCredentials
+
+from shardvol import Volume
+from shardvol.errors import StoreError
+from shardvol.kvstore.fsspec_store import FsspecStore
+from shardvol.kvstore.s3_reads import S3Reads, _Bucket
+from shardvol.kvstore.sigv4 import Credentials, signed_headers
+
+from .s3_server import new_bucket, public_http_url
+
+
+def _botocore_signature(method: str, url: str, headers: dict[str, str],
+                        creds: Credentials, region: str, service: str) -> str:
+    """The Authorization header botocore's S3 signer makes for the same request at the
+    time the headers state (as a server that checks signatures recomputes it)."""
+    request = AWSRequest(method=method, url=url,
+                         headers={k: v for k, v in headers.items() if k != "Authorization"})
+    request.context["timestamp"] = headers["X-Amz-Date"]
+    auth = S3SigV4Auth(BotoCredentials(*creds), service, region)
+    canonical = auth.canonical_request(request)
+    signature = auth.signature(auth.string_to_sign(request, canonical), request)
+    scope = f"{headers['X-Amz-Date'][:8]}/{region}/{service}/aws4_request"
+    return (f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, SignedHeaders="
+            f"{auth.signed_headers(auth.headers_to_sign(request))}, Signature={signature}")
+
+
+def test_signatures_are_botocores():
+    """Random keys (any characters, percent-encoded as S3 takes them), hosts, ports,
+    credentials with and without a session token, regions, services, times."""
+    rng = np.random.default_rng(7)
+    alphabet = [*"abcXYZ019-_.~/ !*'()&$@=;:+,?#[]%\"<>^`{|}", "é", "✓", "\xa0"]
+    for _ in range(200):
+        key = "".join(rng.choice(alphabet, rng.integers(1, 40))).lstrip("/") or "k"
+        host = rng.choice(["bucket.s3.us-west-2.amazonaws.com", "127.0.0.1:9000",
+                           "S3.Example.COM", "[::1]:8080"])
+        url = f"{rng.choice(['http', 'https'])}://{host}/{'b/' * int(rng.integers(0, 2))}" \
+              f"{quote(key, safe='/~')}"
+        creds = Credentials(f"AK{rng.integers(1 << 40)}", f"s/{rng.integers(1 << 60)}+=",
+                            None if rng.random() < 0.5 else f"tok/{rng.integers(1 << 60)}==")
+        region = str(rng.choice(["us-east-1", "eu-central-1", "ap-southeast-2"]))
+        service = str(rng.choice(["s3", "s3-object-lambda"]))
+        now = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(
+            seconds=int(rng.integers(0, 10 ** 9)))
+        method = str(rng.choice(["GET", "HEAD"]))
+        headers = signed_headers(method, url, creds, region, service, now)
+        assert headers["Authorization"] == _botocore_signature(method, url, headers, creds,
+                                                               region, service), url
+        assert headers["X-Amz-Date"] == now.strftime("%Y%m%dT%H%M%SZ")
+        assert ("X-Amz-Security-Token" in headers) == (creds.token is not None)
+
+
+def test_a_url_with_a_query_is_refused():
+    with pytest.raises(ValueError, match="query"):
+        signed_headers("GET", "http://h/b/k?versionId=1", Credentials("a", "b"), "us-east-1")
+
+
+@contextlib.contextmanager
+def _signatures_checked(s3: str) -> Iterator[tuple[str, str]]:
+    """An IAM user allowed every S3 action, and moto checking every request's signature
+    until the end: (access key, secret)."""
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=s3)
+    name = f"u{np.random.default_rng().integers(1 << 40)}"
+    iam.create_user(UserName=name)
+    iam.put_user_policy(UserName=name, PolicyName="all", PolicyDocument=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+
+    def checking(count: str) -> None:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{s3}/moto-api/reset-auth", data=count.encode(), method="POST",
+            headers={"Content-Type": "text/plain"})).read()
+
+    checking("0")
+    try:
+        yield key["AccessKeyId"], key["SecretAccessKey"]
+    finally:
+        checking("inf")
+
+
+def test_moto_accepts_the_signatures_and_refuses_a_wrong_secret(s3):
+    """A volume written, then read through the client from a server that checks every
+    signature (whole values, ranges, streamed shards); with a wrong secret, a clear error
+    naming S3's code."""
+    bucket = new_bucket()
+    data = np.random.default_rng(2).integers(0, 1 << 16, (48, 40, 36, 1), dtype=np.uint16)
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
+            "minishard_bits": 1, "shard_bits": 1, "minishard_index_encoding": "gzip",
+            "data_encoding": "gzip"}
+    for name, sharding in (("plain", None), ("sharded", spec)):
+        Volume.create(f"{bucket}/{name}", size=data.shape[:3], data_type="uint16",
+                      chunk_size=[16, 16, 16], encoding="raw", sharding=sharding)[...] = data
+    with _signatures_checked(s3) as (access, secret):  # (after the writes: the tests' user)
+        for name in ("plain", "sharded"):
+            store = FsspecStore(f"{bucket}/{name}", skip_instance_cache=True, key=access,
+                                secret=secret)
+            assert isinstance(store._gets, S3Reads)
+            vol = Volume(store, cache_bytes=0)
+            assert np.array_equal(vol[...], data)
+            assert np.array_equal(vol[5:37, 3:29, 1:33], data[5:37, 3:29, 1:33])
+            assert store.get("info", (0, 1)) == b"{"
+            assert store.get("absent") is None
+        wrong = FsspecStore(f"{bucket}/plain", skip_instance_cache=True, key=access,
+                            secret=secret + "x")
+        with pytest.raises(StoreError, match="SignatureDoesNotMatch"):
+            wrong.get("info")
+
+
+def test_anonymous_reads_of_a_public_bucket_are_not_signed(s3):
+    bucket = new_bucket()
+    FsspecStore(bucket, skip_instance_cache=True).set("k/a b", b"public")
+    public_http_url(s3, bucket)
+    store = FsspecStore(bucket, anon=True, skip_instance_cache=True)
+    assert store.get("k/a b") == b"public" and store.get("k/a b", (1, 3)) == b"ub"
+    assert store.get("absent") is None
+    assert store._gets.direct.transport._buckets[bucket.removeprefix("s3://")].region is None
+
+
+def test_a_bucket_that_does_not_exist_is_an_error_not_a_missing_key(s3):
+    store = FsspecStore(f"s3://no-such-bucket-{np.random.default_rng().integers(1 << 30)}/r",
+                        skip_instance_cache=True)
+    with pytest.raises(StoreError, match="NoSuchBucket"):
+        store.get("info")
+
+
+class _OtherRegion:
+    """A server that answers every request as S3 answers one signed for the wrong region
+    (301, ``x-amz-bucket-region``), counting them."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.requests = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                self.requests += 1
+                body = (b"<Error><Code>PermanentRedirect</Code><Message>elsewhere</Message>"
+                        b"</Error>")
+                conn.sendall(b"HTTP/1.1 301 Moved Permanently\r\nx-amz-bucket-region: "
+                             b"eu-west-1\r\nConnection: close\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def test_a_bucket_in_another_region_is_read_through_botocore(s3):
+    """S3 says the bucket is elsewhere: that read and the later ones of the bucket go
+    through botocore (which follows S3 there), with the same answers."""
+    bucket = new_bucket()
+    store = FsspecStore(bucket, skip_instance_cache=True)
+    store.set("k", b"value")
+    reads = store._gets
+    assert isinstance(reads, S3Reads)
+    elsewhere = _OtherRegion()
+    name = bucket.removeprefix("s3://")
+    reads.direct.transport._buckets[name] = _Bucket(f"{elsewhere.url}/{name}/", "us-east-1",
+                                                    "s3")
+    assert store.get("k") == b"value"
+    assert store.get("k", (1, 3)) == b"al"
+    assert store.get("absent") is None
+    assert elsewhere.requests == 1
+    elsewhere.sock.close()
+
+
+@pytest.mark.parametrize("options", [{"requester_pays": True},
+                                     {"s3_additional_kwargs": {"ServerSideEncryption": "AES256"}},
+                                     {"client_kwargs": {"verify": False}},
+                                     {"config_kwargs": {"proxies": {}}},
+                                     {"version_aware": True}])
+def test_options_the_client_does_not_follow_keep_botocores_reads(s3, options):
+    bucket = new_bucket()
+    FsspecStore(bucket, skip_instance_cache=True).set("k", b"v")
+    store = FsspecStore(bucket, skip_instance_cache=True, **options)
+    assert not isinstance(store._gets, S3Reads)
+    assert store.get("k") == b"v"
+
+
+def test_stores_share_botocores_parsed_models(s3):
+    """Opening another S3 store does not parse botocore's models again."""
+    a, b = (FsspecStore(new_bucket(), skip_instance_cache=True) for _ in range(2))
+    assert a.fs is not b.fs and a.fs.session is not b.fs.session
+    assert a.fs.session.get_component("data_loader") is b.fs.session.get_component(
+        "data_loader")
