@@ -5,7 +5,7 @@
  * (or partly covered huge pages) cost, but only pages fully inside a mapping and
  * aligned to 2 MiB can be huge: blocks are mapped so, rounded up to whole 2 MiB
  * pages, and advised for huge pages (MADV_HUGEPAGE) when there are free ones for them
- * (see sv_hugeblock_advised).  Freed blocks are kept, up to SV_HUGEBLOCK_CACHE_BYTES in
+ * that the host keeps (see sv_hugeblock_advised).  Freed blocks are kept, up to SV_HUGEBLOCK_CACHE_BYTES in
  * all, for later blocks of up to their size and at least half of it (their pages
  * are then already present); the others are unmapped at once.
  *
@@ -26,7 +26,8 @@ void *sv_hugeblock_alloc(size_t size, size_t *capacity);
 
 /* Whether a block of `capacity` bytes is advised for huge pages: 1 when the kernel's free
  * blocks of 2 MiB or more hold it twice over (its faults then take free huge pages, never
- * compacting memory), else 0; SHARDVOL_HUGEPAGES=advise / =off make it always 1 / 0. */
+ * compacting memory) and are not given back to a hypervisor (free page reporting), else
+ * 0; SHARDVOL_HUGEPAGES=advise / =off make it always 1 / 0. */
 int sv_hugeblock_advised(size_t capacity);
 
 /* Give back a block from sv_hugeblock_alloc with the capacity it reported. */
