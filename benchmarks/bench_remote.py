@@ -21,10 +21,12 @@ requests answered 503 and 2.5% of the connections dropped before any answer.
 ``--backends`` times the raw request path through shardvol's store and through obstore
 (Rust object_store), at the same latency: a burst of 256 ranged GETs, 8 whole shards, and
 the chunk files of the raw volume's 24 cutouts.
-``--s3`` reads and writes the raw volumes through S3 (moto's server in its own process,
-behind the fault server's latency): shardvol and TensorStore.  ``--gcs`` reads them through
-GCS (gcp-storage-emulator in its own process, behind the latency), without and with the
-faults: shardvol, shardvol with gcsfs's own retry loop kept (as it was), and TensorStore.
+``--s3`` reads the volumes through the S3 API of a fast server (the fault server answering
+path-style GETs of the files), and reads and writes the raw volumes through moto's S3
+server in its own process (behind the fault server's latency): shardvol and TensorStore.
+``--gcs`` reads them through GCS (gcp-storage-emulator in its own process, behind the
+latency), without and with the faults: shardvol, shardvol with gcsfs's own retry loop kept
+(as it was), and TensorStore.
 
 Run:  python benchmarks/bench_remote.py [--quick] [--repeat 2] [--latency 0.025]
       [--faults] [--backends] [--s3] [--gcs] [--only NAME] [--no-cloudvolume]
@@ -419,6 +421,48 @@ def bench_gcs(args: argparse.Namespace, sizes: bv.Sizes) -> None:
         gcs.close()
 
 
+def bench_s3_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
+    """Full reads and cutouts through the S3 API of a fast server: the fault server answers
+    path-style GETs of bucket ``basename(--data)`` from the benchmark's files, behind the
+    latency (moto, a Python server, bounds every client's reads).  shardvol (its client,
+    signing each request), shardvol with its reads through botocore (as before, and as
+    for options its client does not follow), TensorStore."""
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+                      AWS_DEFAULT_REGION="us-east-1")
+    bucket = os.path.basename(os.path.abspath(args.data))
+    with FaultServer(os.path.dirname(os.path.abspath(args.data)),
+                     latency=args.latency) as server:
+        def store(n: str, **kw: Any) -> FsspecStore:
+            return FsspecStore(f"s3://{bucket}/{n}", endpoint_url=server.url,
+                               skip_instance_cache=True, **kw)
+
+        opens: dict[str, Callable[[str], Any]] = {
+            "shardvol": lambda n: _fresh(Volume(store(n))),
+            "shardvol via botocore": lambda n: _fresh(Volume(store(n, config_kwargs={
+                "retries": {"total_max_attempts": 1}, "tcp_keepalive": True}))),
+            "TensorStore": lambda n: ts.open({
+                "driver": "neuroglancer_precomputed",
+                "kvstore": {"driver": "s3", "bucket": bucket, "path": n + "/",
+                            "endpoint": server.url, "aws_region": "us-east-1"}},
+                read=True).result(),
+        }
+        reads = {**_READS, "shardvol via botocore": _READS["shardvol"]}
+        print("\nS3 API of the fault server (path-style GETs of the files, behind the same "
+              "latency)\n| dataset | operation | shardvol | shardvol via botocore | TensorStore "
+              "| TensorStore / shardvol |\n|---|---|---:|---:|---:|---:|")
+        for ds in [d for d in bv.DATASETS if d.name in ("raw", "raw sharded", "jpeg sharded")]:
+            path = bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
+            data = bv.TensorStore().read(bv.TensorStore().open(path), None)
+            for op, boxes in (("full read", [None]),
+                              ("24 cutouts", bv.cutout_boxes(data.shape[:3], sizes.cutout))):
+                best = _best_reads(opens, reads, os.path.basename(path), boxes, data,
+                                   args.repeat)
+                print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms "
+                      f"| {best['shardvol via botocore'] * 1000:,.0f} ms "
+                      f"| {best['TensorStore'] * 1000:,.0f} ms "
+                      f"| {best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
+
+
 def bench_s3(args: argparse.Namespace, sizes: bv.Sizes) -> None:
     """Full reads, cutouts and full writes through S3 (moto behind the latency): shardvol and
     TensorStore (CloudVolume needs its own endpoint configuration: not measured)."""
@@ -543,6 +587,7 @@ def main() -> None:
                                 ds.sharding is not None, args.latency)
                     print(fmt_row(ds.name, op, r, libs), flush=True)
     if args.s3:
+        bench_s3_files(args, sizes)
         bench_s3(args, sizes)
     if args.gcs:
         bench_gcs(args, sizes)
