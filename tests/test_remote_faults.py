@@ -19,6 +19,7 @@ from shardvol.array.futures import submit
 from shardvol.errors import StoreError, VersionChangedError
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.lease import lease_path
+from shardvol.precomputed import sharded
 
 from .fault_server import FaultServer
 from .oracles import ts_create
@@ -237,6 +238,25 @@ def test_a_cold_read_of_most_of_a_remote_shard_reads_it_whole(tmp_path):
         box = (slice(3, 40), slice(5, 21), slice(0, 30))
         assert np.array_equal(vol[box], data[box])
         assert server.stats()["bytes"] < stats["bytes"] + data.nbytes // 2
+
+
+def test_a_read_of_all_of_a_remote_shard_reads_it_whole_whatever_its_size(tmp_path,
+                                                                          monkeypatch):
+    """Shards whose chunks hold more than WHOLE_SHARD_BYTES decoded: a read that wants all
+    of each reads it whole (8 requests), a cold read of half of one its index, minishard
+    index and data (3)."""
+    monkeypatch.setattr(sharded, "WHOLE_SHARD_BYTES", 1)
+    data = np.random.default_rng(6).integers(0, 255, (64, 64, 64, 1), dtype=np.uint8)
+    _tensorstore_volume(tmp_path / "s", data, ALIGNED)
+    with FaultServer(str(tmp_path)) as server:
+        handles = [Volume(FsspecStore(server.url + "/s", skip_instance_cache=True),
+                          cache_bytes=0) for _ in range(2)]
+        server.stats(reset=True)
+        assert np.array_equal(handles[0][...], data)
+        assert server.stats(reset=True)["requests"] == 8
+        half = (slice(0, 32), slice(0, 32), slice(0, 16))  # 4 of shard 0's 8 chunks
+        assert np.array_equal(handles[1][half], data[half])
+        assert server.stats()["requests"] == 3
 
 
 def test_a_streamed_read_holds_at_most_its_window_ahead_of_the_caller(files):

@@ -27,7 +27,7 @@ from shardvol.sharding.reader import obsolete_names
 from shardvol.sharding.writer import ShardEntries, read_entries
 
 #: Remote reads that want most of a shard whose chunks hold at most this many bytes
-#: (decoded) read the shard file whole.
+#: (decoded) read the shard file whole, as do reads that want all of any shard.
 WHOLE_SHARD_BYTES = 256 << 20
 _ENUMERATE_LIMIT = 1 << 22  # grids up to this many chunks are enumerated to map shard -> chunks
 _ENUMERATE_BLOCK = 1 << 18
@@ -107,10 +107,11 @@ class ShardedChunkStore(KVChunkStore[int]):
             yield coords[i], None, names[i]
 
     def _whole_shards(self, codes: np.ndarray) -> dict[int, int]:
-        """Shards whose index is not cached and of which a read wants at least half the
-        chunks: read whole (one request instead of the index, minishard index and data
-        round trips), with the bytes their chunks hold decoded, when that is at most
-        WHOLE_SHARD_BYTES.  (With its index cached, a shard's data is one request anyway.)"""
+        """Shards whose index is not cached and of which a read wants every chunk, or at
+        least half of them when they hold at most WHOLE_SHARD_BYTES decoded: read whole
+        (one request instead of the index, minishard index and data round trips; its
+        chunks decoded as their bytes arrive), with the bytes their chunks hold decoded.
+        (With its index cached, a shard's data is one request anyway.)"""
         if self.chunk_nbytes is None:
             return {}
         shards, counts = np.unique(self.spec.shard_and_minishard(codes)[0], return_counts=True)
@@ -122,7 +123,7 @@ class ShardedChunkStore(KVChunkStore[int]):
             if members is None:
                 continue
             nbytes = len(members) * self.chunk_nbytes
-            if nbytes <= WHOLE_SHARD_BYTES and 2 * n >= len(members):
+            if n == len(members) or (nbytes <= WHOLE_SHARD_BYTES and 2 * n >= len(members)):
                 whole[s] = nbytes
         return whole
 
