@@ -156,15 +156,29 @@ void *sv_hugeblock_alloc(size_t size, size_t *capacity) {
     return map_aligned(want);
 }
 
+/* Bytes of freed blocks kept: a 64th of the machine's memory, from 64 MiB to 1 GiB. */
+static size_t cache_limit(void) {
+    static size_t limit;
+    if (limit == 0) {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        size_t l = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 64 : 0;
+        if (l < SV_HUGEBLOCK_CACHE_MIN) l = SV_HUGEBLOCK_CACHE_MIN;
+        if (l > SV_HUGEBLOCK_CACHE_MAX) l = SV_HUGEBLOCK_CACHE_MAX;
+        limit = l;
+    }
+    return limit;
+}
+
 void sv_hugeblock_free(void *block, size_t capacity) {
     if (block == NULL) return;
     slot evicted[CACHE_SLOTS];
     size_t n_evicted = 0;
-    int keep = capacity <= SV_HUGEBLOCK_CACHE_BYTES;
+    const size_t limit = cache_limit();
+    int keep = capacity <= limit;
     if (keep) {
         pthread_mutex_lock(&cache_lock);
         /* make room: the oldest blocks go first */
-        while (cached_count == CACHE_SLOTS || cached_bytes + capacity > SV_HUGEBLOCK_CACHE_BYTES) {
+        while (cached_count == CACHE_SLOTS || cached_bytes + capacity > limit) {
             evicted[n_evicted++] = cache[0];
             cached_bytes -= cache[0].capacity;
             for (size_t i = 1; i < cached_count; ++i) cache[i - 1] = cache[i];

@@ -114,6 +114,27 @@ def test_buffers_of_any_size_come_from_blocks_and_freed_ones_are_reused():
         hugeblock.buffer(0)
 
 
+def test_freed_blocks_are_kept_up_to_a_64th_of_the_memory():
+    """A block of nearly the cache's limit (a 64th of the machine's memory, from 64 MiB to
+    1 GiB) is reused with its pages once freed; one over the limit is unmapped."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = min(max(memory // 64, 64 << 20), 1 << 30)
+    size = limit - PAGE
+    block = hugeblock.buffer(size)
+    address = block.ctypes.data
+    block[::PAGE] = 3
+    del block
+    again = hugeblock.buffer(size)
+    assert again.ctypes.data == address and (again[::PAGE] == 3).all()
+    del again
+    over = hugeblock.buffer(limit + PAGE)
+    over[::PAGE] = 4
+    address = over.ctypes.data
+    del over
+    fresh = hugeblock.buffer(limit + PAGE)  # (a new mapping: zeroed, wherever it lands)
+    assert (fresh[::PAGE] == 0).all(), address
+
+
 def _free_pages_reported() -> bool:
     """Whether a virtio balloon bound to its driver reports free pages to the host (device
     id 5, feature bit 5, VIRTIO_BALLOON_F_REPORTING), read from sysfs as the kernel
