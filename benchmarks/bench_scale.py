@@ -18,6 +18,10 @@ Operations:
   zarr      a copy to a Zarr v3 array, shards of 256^3 of 64^3 zstd chunks (TensorStore:
             its zarr3 driver written from the precomputed one)
 
+``--remote`` reads (read, cutouts) the volumes through S3 instead: the S3 API of
+tests/fault_server.py, which answers path-style GETs of the files under ``--data`` (bucket:
+its name) after ``--latency`` seconds (default 0.025), in its own process.
+
 The page cache is warm (every file of the volume is read, untimed, before each run: a
 previous run may have evicted some), and outputs go under ``--data``/scratch, removed after
 each run.  Each line of the table is one run; "per GiB" is the wall time divided by the
@@ -25,6 +29,7 @@ volume's size, for the cost as it grows.
 
 Run:  python benchmarks/bench_scale.py [--sizes 1 2 4 8] [--big] [--encodings raw jpeg]
       [--ops read cutouts write pyramid zarr] [--libs shardvol tensorstore] [--data DIR]
+      [--remote [--latency 0.025]]
 (shardvol built in place: PYTHONPATH=. from the repository)
 """
 
@@ -88,8 +93,24 @@ def scale_metadata(case: Case) -> dict:
 
 
 def ts_spec(path: str, **extra) -> dict:
-    return {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": path},
-            **extra}
+    """TensorStore's spec of the volume at ``path``: a directory, or an ``s3://`` URL of
+    the S3 server at ``$BENCH_S3_ENDPOINT`` (--remote)."""
+    kvstore: dict = {"driver": "file", "path": path}
+    if path.startswith("s3://"):
+        bucket, _, key = path.removeprefix("s3://").partition("/")
+        kvstore = {"driver": "s3", "bucket": bucket, "path": key + "/", "aws_region": "us-east-1",
+                   "endpoint": os.environ["BENCH_S3_ENDPOINT"]}
+    return {"driver": "neuroglancer_precomputed", "kvstore": kvstore, **extra}
+
+
+def sv_volume(path: str):  # (-> shardvol.Volume: shardvol is imported in the child only)
+    """shardvol's volume at ``path`` (see ts_spec)."""
+    import shardvol
+    from shardvol.kvstore.fsspec_store import FsspecStore
+
+    if path.startswith("s3://"):
+        return shardvol.Volume(FsspecStore(path, endpoint_url=os.environ["BENCH_S3_ENDPOINT"]))
+    return shardvol.Volume(path)
 
 
 def slab(shape: tuple[int, int, int], z0: int, z1: int) -> np.ndarray:
@@ -156,10 +177,10 @@ def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> f
 
         if op == "read":
             t0 = time.perf_counter()
-            shardvol.Volume(src)[...]
+            sv_volume(src)[...]
             return time.perf_counter() - t0
         if op == "cutouts":
-            vol = shardvol.Volume(src)
+            vol = sv_volume(src)
             t0 = time.perf_counter()
             for box in cutout_boxes(case.shape):
                 vol[box]
@@ -295,6 +316,8 @@ def main() -> None:
     parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS)
     parser.add_argument("--data", default=os.path.join(HERE, "data", "scale"))
     parser.add_argument("--quick", action="store_true", help="one 1/8 GiB raw volume")
+    parser.add_argument("--remote", action="store_true", help="read through S3 (see above)")
+    parser.add_argument("--latency", type=float, default=0.025)
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -308,6 +331,26 @@ def main() -> None:
     sizes = [0.125] if args.quick else [*args.sizes, *([16] if args.big else [])]
     encodings = ["raw"] if args.quick else args.encodings
     os.makedirs(args.data, exist_ok=True)
+    server = None
+    if args.remote:
+        sys.path.insert(0, os.path.dirname(HERE))
+        from tests.fault_server import FaultServer
+
+        args.ops = [op for op in args.ops if op in ("read", "cutouts")]
+        server = FaultServer(os.path.dirname(os.path.abspath(args.data)), latency=args.latency)
+        os.environ.update(BENCH_S3_ENDPOINT=server.url, AWS_ACCESS_KEY_ID="bench",
+                          AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+        print(f"through S3: the fault server's API, {args.latency * 1000:g} ms latency",
+              flush=True)
+    try:
+        run_cases(args, sizes, encodings)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def run_cases(args: argparse.Namespace, sizes: list[float], encodings: list[str]) -> None:
+    bucket = os.path.basename(os.path.abspath(args.data))
     print(f"machine: {machine()}", flush=True)
     print(f"{'case':<12} {'op':<8} {'library':<12} {'wall s':>8} {'user s':>8} {'sys s':>8} "
           f"{'peak RSS':>9} {'faults':>10} {'per GiB':>8} {'TS/shardvol':>11}", flush=True)
@@ -326,7 +369,8 @@ def main() -> None:
                         shutil.copytree(src, dst)
                     warm(dst if op == "pyramid" else src)
                     os.sync()
-                    r = run_child(op, lib, src, dst, case)
+                    r = run_child(op, lib, f"s3://{bucket}/{os.path.basename(src)}"
+                                  if args.remote else src, dst, case)
                     shutil.rmtree(dst, ignore_errors=True)
                     walls[lib] = r["timed"]
                     ratio = (f"{walls['tensorstore'] / walls['shardvol']:.2f}x"
