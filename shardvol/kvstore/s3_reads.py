@@ -131,13 +131,13 @@ async def _raise_s3_error(r: Any, what: str, bucket: _Bucket) -> None:
 
 class S3Reads:
     """The versioned reads of an S3 store (see VersionedReads): through shardvol's client,
-    and through botocore (``botocore``, S3ConditionalObjects) for the buckets S3 says are
-    in another region."""
+    and through botocore (``botocore``, S3ConditionalObjects) for the buckets the client
+    does not sign for (see ToBotocore), from the first read that finds it out."""
 
     def __init__(self, fs: Any, botocore: S3ConditionalObjects, stall: float | None) -> None:
         self.fs, self.botocore = fs, botocore
         self.direct = HttpVersionedReads(S3Transport(fs), stall)
-        self._elsewhere: set[str] = set()  # buckets of another region
+        self._elsewhere: set[str] = set()  # buckets read through botocore
 
     def _direct(self, path: str) -> bool:
         return self.fs.split_path(path)[0] not in self._elsewhere
