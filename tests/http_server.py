@@ -16,11 +16,13 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 class RangeHandler(SimpleHTTPRequestHandler):
     weak_etags = False  # send ETag: W/"..." and refuse If-Match (weak tags never match it)
     if_match_seen: list[str]
+    heads: list[dict[str, str]]
 
     def log_message(self, *args) -> None:  # keep test output quiet
         pass
 
     def send_head(self):
+        self.heads.append(dict(self.headers))
         path = self.translate_path(self.path)
         if not os.path.isfile(path):
             self.send_error(404)
@@ -75,7 +77,9 @@ class StaticServer:
 
     def __init__(self, directory: str, weak_etags: bool = False) -> None:
         self.if_match_seen: list[str] = []  # If-Match headers received (weak_etags only)
-        attrs = {"weak_etags": weak_etags, "if_match_seen": self.if_match_seen}
+        self.heads: list[dict[str, str]] = []  # the headers of every request, in order
+        attrs = {"weak_etags": weak_etags, "if_match_seen": self.if_match_seen,
+                 "heads": self.heads}
         handler_class = type("Handler", (RangeHandler,), attrs)
 
         def handler(*a, **k):

@@ -32,6 +32,7 @@ from shardvol.kvstore.fsspec_store import FsspecStore
 
 from .c_checkers import run_checker
 from .http_server import StaticServer
+from .stores import http_store
 
 VALUE = bytes(range(256)) * 40  # 10240 bytes
 
@@ -582,6 +583,23 @@ def test_http_server_with_weak_etags(tmp_path):
         for _ in range(2):  # the second time with cached indexes
             assert np.array_equal(remote[5:60, 3:30, 1:31], data[5:60, 3:30, 1:31])
         assert server.if_match_seen == []
+    finally:
+        server.close()
+
+
+def test_a_filesystems_headers_go_with_every_read(tmp_path, transport):
+    """The HTTP filesystem's ``headers`` option is sent with each read, through either
+    transport; a GET keeps the Accept-Encoding it sets."""
+    data = bytes(range(256)) * 8
+    (tmp_path / "f").write_bytes(data)
+    server = StaticServer(str(tmp_path))
+    try:
+        store = http_store(server.url, transport,
+                           headers={"X-Token": "t1", "Accept-Encoding": "identity"})
+        assert store.get("f") == data and store.get("f", (10, 20)) == data[10:20]
+        assert [(h.get("X-Token"), h.get("Accept-Encoding")) for h in server.heads] == [
+            ("t1", "identity"), ("t1", "identity")]
+        assert "Range" in server.heads[1]
     finally:
         server.close()
 

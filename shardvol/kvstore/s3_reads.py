@@ -88,6 +88,9 @@ class S3Transport:
                 None if unsigned else signer._region_name, signer._signing_name)
         return found
 
+    def headers(self) -> dict[str, str]:
+        return {}
+
     async def _credentials(self) -> Credentials:
         s3 = await self.fs.set_session()
         frozen = await s3._request_signer._credentials.get_frozen_credentials()

@@ -109,7 +109,7 @@ class HttpVersionedReads:
     async def read_one(self, url: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> ReadResult:
         """See VersionedReads; only strong ETags count as versions."""
-        headers: dict[str, str] = {}
+        headers = self.transport.headers()
         if etag is not None:
             headers["If-Match"] = etag
         if byte_range is not None and byte_range[0] == byte_range[1]:  # no bytes: no Range
@@ -146,7 +146,7 @@ class HttpVersionedReads:
         after some bytes came in, asks only for the rest (``Range``).  Values sent without
         a strong ETag or a Content-Length, or content-encoded, are taken whole (such an
         attempt starts from scratch); transient failures are raised."""
-        headers: dict[str, str] = {}
+        headers = self.transport.headers()
         started, resume = value.size is not None, value.have
         if started:
             headers["If-Match"] = str(value.version)
@@ -204,6 +204,11 @@ class Answer(Protocol):
 class Transport(Protocol):
     """How HttpVersionedReads sends a request for the value at ``path``."""
 
+    def headers(self) -> dict[str, str]:
+        """The headers every request starts from (a read's own ones replace them, but
+        for the Accept-Encoding of a GET)."""
+        ...
+
     def request(self, method: str, path: str, headers: dict[str, str], stall: float | None
                 ) -> AbstractAsyncContextManager[Answer]: ...
 
@@ -221,23 +226,29 @@ def http_reads(fs: Any, stall: float | None) -> HttpVersionedReads:
     return HttpVersionedReads(_Direct(fs) if plain else _Aiohttp(fs), stall)
 
 
-class _Direct:
-    """shardvol's client: bodies straight into their buffers."""
+class _HttpFilesystem:
+    """The requests of an fsspec HTTP(S) filesystem: its ``headers`` option, its URLs."""
 
     def __init__(self, fs: Any) -> None:
         self.fs = fs
+
+    def headers(self) -> dict[str, str]:
+        return dict(self.fs.kwargs.get("headers") or {})
+
+    def url(self, path: str) -> str:
+        return str(self.fs.encode_url(path))
+
+
+class _Direct(_HttpFilesystem):
+    """shardvol's client: bodies straight into their buffers."""
 
     def request(self, method: str, path: str, headers: dict[str, str], stall: float | None
                 ) -> AbstractAsyncContextManager[Answer]:
-        headers = {**(self.fs.kwargs.get("headers") or {}), **headers}
-        return client().request(method, str(self.fs.encode_url(path)), headers, stall)
+        return client().request(method, self.url(path), headers, stall)
 
 
-class _Aiohttp:
+class _Aiohttp(_HttpFilesystem):
     """fsspec's aiohttp session (for options shardvol's client does not speak)."""
-
-    def __init__(self, fs: Any) -> None:
-        self.fs = fs
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
@@ -246,8 +257,7 @@ class _Aiohttp:
         kwargs = {k: v for k, v in self.fs.kwargs.items() if k != "headers"}
         kwargs.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=stall,
                                                            sock_read=stall))
-        headers = {**(self.fs.kwargs.get("headers") or {}), **headers}
-        url = str(self.fs.encode_url(path))
+        url = self.url(path)
         async with session.request(method, url, headers=headers, auto_decompress=False,
                                    **kwargs) as r:
             yield _AiohttpAnswer(r, url)
