@@ -276,8 +276,7 @@ class S3:
     """moto's S3 server in its own process, behind a fault server with the latency."""
 
     def __init__(self, data: str, latency: float) -> None:
-        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-                          AWS_DEFAULT_REGION="us-east-1")
+        os.environ.update(_AWS_ENV)
         self.moto, self.upstream = _start(["-m", "moto.server", "-H", "127.0.0.1", "-p", "PORT"])
         self.proxy = FaultServer(data, latency=latency, upstream=self.upstream)
         import boto3
@@ -427,8 +426,7 @@ def bench_s3_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
     latency (moto, a Python server, bounds every client's reads).  shardvol (its client,
     signing each request), shardvol with its reads through botocore (as before, and as
     for options its client does not follow), TensorStore."""
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-                      AWS_DEFAULT_REGION="us-east-1")
+    os.environ.update(_AWS_ENV)
     bucket = os.path.basename(os.path.abspath(args.data))
     with FaultServer(os.path.dirname(os.path.abspath(args.data)),
                      latency=args.latency) as server:
@@ -442,8 +440,7 @@ def bench_s3_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
                 "retries": {"total_max_attempts": 1}, "tcp_keepalive": True}))),
             "TensorStore": lambda n: ts.open({
                 "driver": "neuroglancer_precomputed",
-                "kvstore": {"driver": "s3", "bucket": bucket, "path": n + "/",
-                            "endpoint": server.url, "aws_region": "us-east-1"}},
+                "kvstore": _ts_s3(server.url, n, bucket)},
                 read=True).result(),
         }
         reads = {**_READS, "shardvol via botocore": _READS["shardvol"]}
@@ -530,8 +527,13 @@ def _fresh(vol: Volume) -> Volume:
     return vol
 
 
-def _ts_s3(endpoint: str, path: str) -> dict:
-    return {"driver": "s3", "bucket": "bench", "path": path + "/", "endpoint": endpoint,
+#: the dummy credentials and region of the benchmark's S3 servers
+_AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def _ts_s3(endpoint: str, path: str, bucket: str = "bench") -> dict:
+    return {"driver": "s3", "bucket": bucket, "path": path + "/", "endpoint": endpoint,
             "aws_region": "us-east-1"}
 
 
