@@ -24,9 +24,11 @@ the chunk files of the raw volume's 24 cutouts.
 ``--s3`` reads the volumes through the S3 API of a fast server (the fault server answering
 path-style GETs of the files), and reads and writes the raw volumes through moto's S3
 server in its own process (behind the fault server's latency): shardvol and TensorStore.
-``--gcs`` reads them through GCS (gcp-storage-emulator in its own process, behind the
-latency), without and with the faults: shardvol, shardvol with gcsfs's own retry loop kept
-(as it was), and TensorStore.
+``--gcs`` reads the volumes through GCS's JSON API of a fast server (the fault server
+answering media downloads of the files): shardvol, shardvol through gcsfs, TensorStore;
+then through GCS (gcp-storage-emulator in its own process, behind the latency), without
+and with the faults: shardvol, shardvol with gcsfs's own retry loop kept (as it was), and
+TensorStore.
 
 Run:  python benchmarks/bench_remote.py [--quick] [--repeat 2] [--latency 0.025]
       [--faults] [--backends] [--s3] [--gcs] [--only NAME] [--no-cloudvolume]
@@ -372,7 +374,9 @@ def bench_gcs(args: argparse.Namespace, sizes: bv.Sizes) -> None:
     retries inside each of its attempts; TensorStore (full reads: its ranged reads fail on
     the emulator's answers, "Malformed StorageGeneration")."""
     gcs = GCS(args.data, args.latency)
-    from shardvol.kvstore import gcs as gcs_filesystems  # (gcsfs: after GCS() set its env)
+    from shardvol.kvstore import (
+        gcs_filesystem as gcs_filesystems,  # (gcsfs: after GCS() set its env)
+    )
 
     def shardvol(n: str) -> Volume:
         return _fresh(Volume(FsspecStore(f"gs://bench/{n}", token="anon",
@@ -456,6 +460,50 @@ def bench_s3_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
                                    args.repeat)
                 print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms "
                       f"| {best['shardvol via botocore'] * 1000:,.0f} ms "
+                      f"| {best['TensorStore'] * 1000:,.0f} ms "
+                      f"| {best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
+
+
+def bench_gcs_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
+    """Full reads and cutouts through the JSON API of a fast server: the fault server
+    answers GCS's media downloads of bucket ``basename(--data)`` from the benchmark's
+    files, behind the latency (the emulator, a Python server, bounds every client's
+    reads).  shardvol (its client), shardvol with its reads through gcsfs (as before, and
+    as for options its client does not follow), TensorStore."""
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # (see GCS)
+    bucket = os.path.basename(os.path.abspath(args.data))
+    with FaultServer(os.path.dirname(os.path.abspath(args.data)),
+                     latency=args.latency) as server:
+        os.environ.update(TENSORSTORE_GCS_HTTP_URL=server.url,
+                          GOOGLE_AUTH_TOKEN_FOR_TESTING="bench")
+
+        def store(n: str, **kw: Any) -> FsspecStore:
+            return FsspecStore(f"gs://{bucket}/{n}", token="anon", endpoint_url=server.url,
+                               skip_instance_cache=True, **kw)
+
+        opens: dict[str, Callable[[str], Any]] = {
+            "shardvol": lambda n: _fresh(Volume(store(n))),
+            # (an aiohttp option the client does not take: gcsfs's reads)
+            "shardvol via gcsfs": lambda n: _fresh(Volume(store(
+                n, session_kwargs={"trust_env": False}))),
+            "TensorStore": lambda n: ts.open({
+                "driver": "neuroglancer_precomputed",
+                "kvstore": {"driver": "gcs", "bucket": bucket, "path": n + "/"}},
+                read=True).result(),
+        }
+        reads = {**_READS, "shardvol via gcsfs": _READS["shardvol"]}
+        print("\nGCS JSON API of the fault server (media downloads of the files, behind the "
+              "same latency)\n| dataset | operation | shardvol | shardvol via gcsfs "
+              "| TensorStore | TensorStore / shardvol |\n|---|---|---:|---:|---:|---:|")
+        for ds in [d for d in bv.DATASETS if d.name in ("raw", "raw sharded", "jpeg sharded")]:
+            path = bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
+            data = bv.TensorStore().read(bv.TensorStore().open(path), None)
+            for op, boxes in (("full read", [None]),
+                              ("24 cutouts", bv.cutout_boxes(data.shape[:3], sizes.cutout))):
+                best = _best_reads(opens, reads, os.path.basename(path), boxes, data,
+                                   args.repeat)
+                print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms "
+                      f"| {best['shardvol via gcsfs'] * 1000:,.0f} ms "
                       f"| {best['TensorStore'] * 1000:,.0f} ms "
                       f"| {best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
 
@@ -592,6 +640,7 @@ def main() -> None:
         bench_s3_files(args, sizes)
         bench_s3(args, sizes)
     if args.gcs:
+        bench_gcs_files(args, sizes)
         bench_gcs(args, sizes)
     if args.backends:
         paths = [bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))

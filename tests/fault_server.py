@@ -2,7 +2,10 @@
 connections, bodies cut short or slow, hung requests.
 
 It serves the files below a directory (GET and HEAD, one byte range, strong ETags,
-``If-Match``), or forwards every request to an upstream server (``--upstream``: an S3
+``If-Match``, and GCS's ``x-goog-generation`` and ``x-goog-if-generation-match``), also as
+the objects of GCS's JSON API (``/storage/v1/b/BUCKET/o/NAME`` is the file ``BUCKET/NAME``:
+its metadata, or its bytes with ``alt=media``; ``ifGenerationMatch``; errors in JSON), or
+forwards every request to an upstream server (``--upstream``: an S3
 server such as moto's) and injects the same faults into the answers.  It runs in its own
 process, so that its work does not share the client's interpreter:
 
@@ -34,6 +37,9 @@ from typing import Any
 from aiohttp import ClientSession, ClientTimeout, web
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+#: GCS's JSON API: an object's metadata, or with ``alt=media`` its bytes (also below
+#: ``/download``, where clients send media downloads)
+_GCS_OBJECT = re.compile(r"/(?:download/)?storage/v1/b/([^/]+)/o/(.+)")
 _S3_CODES = {400: "InvalidRequest", 403: "AccessDenied", 409: "ConditionalRequestConflict",
              412: "PreconditionFailed", 500: "InternalError", 503: "SlowDown"}
 CONTROL = "/_"  # paths of the control endpoints start with this
@@ -56,7 +62,8 @@ class Faults:
     "reset", "lost", "short", "slow", "hang" or "ok").  ``ignore_range``: ranges are
     answered with the whole file (200), as some servers do; ``wrong_range``: with the bytes
     from one past the start asked for (and a Content-Range that says so);
-    ``ignore_if_match``: files are served whatever version ``If-Match`` asks for.
+    ``ignore_if_match``: files are served whatever version ``If-Match`` (or a generation
+    condition) asks for.
     """
 
     latency: float = 0.0
@@ -99,6 +106,11 @@ class _State:
 
 def _etag(st: os.stat_result) -> str:
     return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
+def _generation(st: os.stat_result) -> str:
+    """A GCS generation of the file: a positive integer that changes when it is replaced."""
+    return str((st.st_mtime_ns * 4099 + st.st_ino) % (1 << 62) + 1)
 
 
 def _byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
@@ -192,14 +204,17 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.path.startswith(CONTROL):
             return await control(request)
-        top = "/" + request.path.lstrip("/").split("/", 1)[0]
+        gcs = _GCS_OBJECT.fullmatch(request.path)  # (a GCS object's top: its bucket)
+        top = "/" + (request.path.lstrip("/").split("/", 1)[0] if gcs is None else gcs[1])
         state.in_flight += 1
         state.in_flight_below[top] += 1
         state.stats["max in flight"] = max(state.stats["max in flight"], state.in_flight)
         peak = f"max in flight {top}"
         state.stats[peak] = max(state.stats[peak], state.in_flight_below[top])
         try:
-            return await answer(request)
+            resp = await answer(request)
+            state.stats[f"status {resp.status}"] += 1
+            return resp
         finally:
             state.in_flight -= 1
             state.in_flight_below[top] -= 1
@@ -208,8 +223,9 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
         body_in = await request.read()
         state.stats["requests"] += 1
         state.stats[request.method] += 1
-        if "Range" in request.headers:
-            state.stats[f"Range {request.headers['Range']}"] += 1
+        for name in ("Range", "Authorization"):
+            if name in request.headers:
+                state.stats[f"{name} {request.headers[name]}"] += 1
         fault = state.draw()
         state.stats[f"fault {fault}"] += 1
         if state.faults.latency:
@@ -225,6 +241,9 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
             if state.faults.retry_after is not None:
                 headers["Retry-After"] = f"{state.faults.retry_after:g}"
             status = int(fault.split()[1]) if " " in fault else state.faults.error_status
+            if _GCS_OBJECT.fullmatch(request.path):  # (as GCS's JSON API words its errors)
+                return web.json_response({"error": {"code": status, "message": "injected"}},
+                                         status=status, headers=headers)
             if upstream is None:
                 return web.Response(status=status, headers=headers, text="SlowDown")
             code = _S3_CODES.get(status, "InternalError")  # (as S3 words its errors)
@@ -238,17 +257,31 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
     async def serve_file(request: web.Request, fault: str) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):
             return web.Response(status=405)
-        path = os.path.realpath(os.path.join(root, request.path.lstrip("/")))
+        gcs = _GCS_OBJECT.fullmatch(request.path)
+        name = request.path.lstrip("/") if gcs is None else f"{gcs[1]}/{gcs[2]}"
+        path = os.path.realpath(os.path.join(root, name))
         if not path.startswith(os.path.realpath(root) + os.sep) or not os.path.isfile(path):
+            if gcs is not None:
+                return web.json_response({"error": {"code": 404, "message": "No such object: "
+                                                    f"{gcs[1]}/{gcs[2]}"}}, status=404)
             return web.Response(status=404)
         with open(path, "rb") as f:  # (only the bytes asked for are read)
             st = os.fstat(f.fileno())
             size = st.st_size
-            etag = _etag(st)
+            etag, generation = _etag(st), _generation(st)
             wanted = None if state.faults.ignore_if_match else request.headers.get("If-Match")
-            if wanted is not None and wanted.strip() not in ("*", etag):
+            wanted_generation = None if state.faults.ignore_if_match else (
+                request.headers.get("x-goog-if-generation-match") if gcs is None
+                else request.query.get("ifGenerationMatch"))
+            if (wanted is not None and wanted.strip() not in ("*", etag)) or (
+                    wanted_generation is not None and wanted_generation != generation):
                 return web.Response(status=412)
-            headers = {"ETag": etag, "Accept-Ranges": "bytes",
+            if gcs is not None and request.query.get("alt") != "media":
+                return web.json_response({
+                    "kind": "storage#object", "bucket": gcs[1], "name": gcs[2],
+                    "size": str(size), "generation": generation, "metageneration": "1",
+                    "etag": etag, "updated": "2026-01-01T00:00:00.000Z"})
+            headers = {"ETag": etag, "x-goog-generation": generation, "Accept-Ranges": "bytes",
                        "Content-Type": "application/octet-stream"}
             span = None if state.faults.ignore_range else _byte_range(
                 request.headers.get("Range"), size)
@@ -349,8 +382,9 @@ class FaultServer:
     def stats(self, reset: bool = False) -> Counter[str]:
         """Requests counted so far (``requests``, by method, ``fault <kind>``, ``bytes``,
         ``max in flight``: the most answered at once, and ``max in flight /<name>``: the
-        most at once below the path's first segment ``/<name>``, ``Range <header>``: by
-        range asked)."""
+        most at once below the path's first segment ``/<name>`` (a GCS object's: its
+        bucket), ``Range <header>``: by range asked, ``Authorization <header>``: by
+        credentials sent, ``status <n>``: by status answered)."""
         return Counter(self._call("/_stats", {} if reset else None,
                                   "POST" if reset else "GET"))
 

@@ -2,8 +2,10 @@
 the store contract, volumes that TensorStore wrote and reads back, and writes and reads
 through a faulty proxy in front of the emulator.
 
-The emulator ignores preconditions (ifGenerationMatch), so conditional requests cannot
-be exercised here; shardvol's locks on gs are in-process only (see README).
+The emulator ignores preconditions (ifGenerationMatch) and sends no generations, so
+conditional requests cannot be exercised here (shardvol's locks on gs are in-process only,
+see README); reads that require a generation are tested against the fault server's GCS
+API (test_gcs_reads.py).
 """
 
 from __future__ import annotations

@@ -553,7 +553,8 @@ def test_common_mistakes_are_shardvol_errors(tmp_path, monkeypatch):
             Volume(str(tmp_path / "b"), parallel=bad)
     assert (Volume(str(tmp_path / "b"), parallel=np.int64(3))[...] == 0).all()
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if gcsfs were not installed
-    monkeypatch.delitem(sys.modules, "shardvol.kvstore.gcs", raising=False)  # (imports it)
+    # (a module that imports it)
+    monkeypatch.delitem(sys.modules, "shardvol.kvstore.gcs_filesystem", raising=False)
     monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "gs", raising=False)
     with pytest.raises(shardvol.errors.UnsupportedSchemeError, match="gcsfs"):
         Volume("gs://bucket/volume")

@@ -7,10 +7,10 @@ On S3, writes can be conditional (``set_if``, ``delete_if``: ``If-Match`` /
 ``If-None-Match``), so read-modify-write cycles are compare-and-swaps that need no lock
 (see :mod:`shardvol.kvstore.cas`); ``lock(key)`` also holds across processes and machines
 there (a lease object per key, see :mod:`shardvol.kvstore.lease`).  On other protocols it
-orders writers inside this process only (see KVStore.lock).  On S3 and HTTP(S), reads are
-versioned (get_many_versioned, get_many_if): each response's ETag is the value's version,
-and reads that must find a version send it as ``If-Match``, so no separate metadata
-requests are needed.
+orders writers inside this process only (see KVStore.lock).  On S3, GCS and HTTP(S), reads
+are versioned (get_many_versioned, get_many_if): each response's ETag (on GCS, its
+generation) is the value's version, and reads that must find a version ask for it
+(``If-Match``, ``ifGenerationMatch``), so no separate metadata requests are needed.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from shardvol.kvstore.base import (
     process_lock,
     url_scheme,
 )
+from shardvol.kvstore.gcs_reads import gcs_reads
+from shardvol.kvstore.gcs_reads import plain as gcs_plain
 from shardvol.kvstore.lease import (
     ConditionalObjects,
     Lease,
@@ -64,7 +66,7 @@ READ_ONLY_PROTOCOLS = {"http", "https"}
 # what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)
 _VERSION_FIELDS = ("ETag", "generation", "etag", "mtime", "LastModified", "last_modified")
 S3_PROTOCOLS = {"s3", "s3a"}
-GCS_PROTOCOLS = {"gs", "gcs"}  # (see shardvol.kvstore.gcs)
+GCS_PROTOCOLS = {"gs", "gcs"}  # (see shardvol.kvstore.gcs_filesystem)
 _MAX_PUT = 5 << 30  # bytes of one S3 PUT at most (conditional replacements are one PUT)
 
 
@@ -100,14 +102,15 @@ class FsspecStore(KVStore):
     ``check_versions``: :meth:`version` asks the store for each object's ETag (or
     generation) with a metadata request, so shard readers notice files rewritten by other
     writers (see ShardReader) at the cost of those requests; else it returns None.
-    ``versioned_reads`` (S3, HTTP(S)): reads return the ETag of each response, and reads
-    that rely on an earlier one send it as ``If-Match`` (no extra requests); False reads
-    without conditions, for servers whose replicas give one file different ETags.
+    ``versioned_reads`` (S3, GCS, HTTP(S)): reads return the version of each response
+    (ETag; generation on GCS), and reads that rely on an earlier one require it (no extra
+    requests); False reads without conditions, for servers whose replicas give one file
+    different ETags.
 
     Every request is retried on transient failures (408, 429, 5xx, dropped or refused
     connections, timeouts, bodies cut short): at most ``retries`` more times, all within
     ``timeout`` seconds; an attempt whose connection brings nothing for ``stall`` seconds
-    is retried (HTTP(S), S3; see :mod:`shardvol.kvstore.retry`).  ``io_concurrency``: this
+    is retried (HTTP(S), S3, GCS; see :mod:`shardvol.kvstore.retry`).  ``io_concurrency``: this
     store's requests in flight at most, within the process's budget; a call's own limit
     (:func:`shardvol.io_limit`, or the ``io_concurrency`` keyword of a read or write) may
     lower it for that call (see :mod:`shardvol.kvstore.remote`).
@@ -129,7 +132,7 @@ class FsspecStore(KVStore):
         self.requests = Requests(policy, io_concurrency)
         try:
             if url_scheme(url) in GCS_PROTOCOLS:  # (gcsfs, its requests tried once)
-                from shardvol.kvstore.gcs import filesystem
+                from shardvol.kvstore.gcs_filesystem import filesystem
 
                 self.fs, root = filesystem(url, **storage_options)
             elif url_scheme(url) in S3_PROTOCOLS:  # (s3fs, its requests tried once)
@@ -155,6 +158,7 @@ class FsspecStore(KVStore):
         # the GETs of S3 and HTTP(S) reads, which read the status and Content-Range and
         # return versions: (url, range, ETag) -> (value, ETag); else fsspec's reads
         self._gets: VersionedReads | None = None
+        self._versions_field = "ETag"  # (the metadata field of the versions reads give)
         if protocols & S3_PROTOCOLS:
             # lease requests outside the process's budget: a renewal must not wait behind
             # bulk reads (its holder would lose the lease)
@@ -163,6 +167,9 @@ class FsspecStore(KVStore):
             self._gets = S3Reads(self.fs, s3, policy.stall) if s3_plain(self.fs) else s3
             if versioned_reads:  # (the versions that set_if compares are the reads' ETags)
                 self._cas = S3ConditionalObjects(self.fs, self.requests)
+        elif protocols & GCS_PROTOCOLS and gcs_plain(self.fs):
+            self._gets = gcs_reads(self.fs, policy.stall)
+            self._versions_field = "generation"
         elif self.read_only:
             self._gets = http_reads(self.fs, policy.stall)
         # reads that return versions and may require one
@@ -280,7 +287,7 @@ class FsspecStore(KVStore):
         self, keys: Sequence[str], window: int = DEFAULT_WINDOW,
         sizes: Sequence[int | None] | None = None,
     ) -> Iterator[tuple[int, Arriving]]:
-        """HTTP(S) and S3 values stream into their buffers as their bytes arrive; every GET
+        """HTTP(S), S3 and GCS values stream into their buffers as their bytes arrive; every GET
         is sent at once, within the window."""
         if not self._async or self._reads is None:
             yield from super().iter_get_arriving(keys, window, sizes)
@@ -589,16 +596,17 @@ class FsspecStore(KVStore):
         return sorted(keys)
 
     def version(self, key: str) -> Hashable | None:
-        """With ``check_versions``: the strong ETag with versioned reads (the token they
-        give), else (generation or the like, size); () if absent; else None."""
+        """With ``check_versions``: the token versioned reads give (the strong ETag; on
+        GCS the generation), else (generation or the like, size); () if absent; else
+        None."""
         if not self.check_versions:
             return None
         info = self._info(key, fresh=True)
         if info is None:
             return ()
-        etag = strong_etag(info.get("ETag")) if self._reads is not None else None
-        if etag is not None:
-            return etag
+        token = info.get(self._versions_field) if self._reads is not None else None
+        if token is not None and strong_etag(str(token)) is not None:
+            return str(token)
         token = next((info[k] for k in _VERSION_FIELDS if info.get(k) is not None), None)
         return (str(token), info.get("size"))
 

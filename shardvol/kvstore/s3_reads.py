@@ -27,7 +27,13 @@ from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.http_client import HttpStatusError, client
 from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 from shardvol.kvstore.sigv4 import Credentials, signed_headers
-from shardvol.kvstore.versioned_reads import Answer, HttpVersionedReads, ReadResult
+from shardvol.kvstore.versioned_reads import (
+    Answer,
+    HttpVersionedReads,
+    ReadResult,
+    etag_condition,
+    etag_version,
+)
 
 #: The botocore ``config_kwargs`` these reads follow (anything else: botocore's reads): the
 #: store's own (see s3_filesystem), and those that only change the URL of a bucket's keys
@@ -60,7 +66,10 @@ def plain(fs: Any) -> bool:
 
 
 class S3Transport:
-    """Signed requests for the objects of an s3fs filesystem (see the module)."""
+    """Signed requests for the objects of an s3fs filesystem (see the module); versions
+    are ETags."""
+
+    version = staticmethod(etag_version)
 
     def __init__(self, fs: Any) -> None:
         self.fs = fs
@@ -98,10 +107,11 @@ class S3Transport:
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
-                      stall: float | None) -> AsyncIterator[Answer]:
+                      stall: float | None, version: str | None) -> AsyncIterator[Answer]:
         name, key, _ = self.fs.split_path(path)
         bucket = await self._bucket(name)
         url = bucket.prefix + quote(key, safe="/~")
+        headers = etag_condition(headers, version)
         if bucket.region is not None:
             headers = {**headers, **signed_headers(method, url, await self._credentials(),
                                                    bucket.region, bucket.service)}

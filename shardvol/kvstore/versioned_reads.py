@@ -3,9 +3,11 @@ s3_conditional).
 
 Each response's strong ``ETag`` is the value's version, and a read that must find a
 version sends it as ``If-Match``: a server that replaced the file answers 412, which
-the store turns into VersionChangedError (as on S3, see FsspecStore).  Weak ETags
+the store turns into VersionChangedError (as on S3, see FsspecStore); so does an answer
+at another ETag than the one asked for (a server that ignores ``If-Match``).  Weak ETags
 (``W/"..."``) never match under ``If-Match``, so they count as no version at all; servers
-that send no ETag, or ignore ``If-Match``, read as before (unchecked).
+that send no ETag read as before (unchecked).  GCS's versions are generations instead
+(see :mod:`shardvol.kvstore.gcs_reads`).
 
 A value sent with a ``Content-Encoding`` (CloudVolume stores chunk files compressed whole
 that way in object stores: gzip, br, zstd, xz, bzip2) is decoded here, off the event loop
@@ -102,63 +104,70 @@ class HttpVersionedReads:
         """``stall``: seconds without a byte from the server before an attempt fails."""
         self.transport, self.stall = transport, stall
 
-    def _request(self, method: str, url: str, headers: dict[str, str]
-                 ) -> AbstractAsyncContextManager[Answer]:
-        return self.transport.request(method, url, headers, self.stall)
+    def _request(self, method: str, url: str, headers: dict[str, str],
+                 version: str | None = None) -> AbstractAsyncContextManager[Answer]:
+        return self.transport.request(method, url, headers, self.stall, version)
 
     async def read_one(self, url: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> ReadResult:
-        """See VersionedReads; only strong ETags count as versions."""
+        """See VersionedReads (``etag``: a version the transport gave; an answer at
+        another version is a 412, as from a server that ignores the condition)."""
         headers = self.transport.headers()
-        if etag is not None:
-            headers["If-Match"] = etag
         if byte_range is not None and byte_range[0] == byte_range[1]:  # no bytes: no Range
             headers["Accept-Encoding"] = "identity"  # the true length
-            async with self._request("HEAD", url, headers) as r:
+            async with self._request("HEAD", url, headers, etag) as r:
                 if r.status == 404:
                     return FileNotFoundError(url), None
                 r.raise_for_status()
                 size = r.headers.get("content-length")
                 if size is not None and byte_range[0] > int(size):
                     return ByteRangeError(f"byte range {byte_range} of {url} is past its end"), None
-                return b"", strong_etag(r.headers.get("etag"))
+                return b"", self._checked_version(url, r.headers, etag)
         if byte_range is not None:
             headers["Range"] = range_header(byte_range)
         headers.setdefault("Accept-Encoding",
                            ACCEPT_ENCODING if byte_range is None else "identity")
-        async with self._request("GET", url, headers) as r:
+        async with self._request("GET", url, headers, etag) as r:
             if r.status == 404:
                 return FileNotFoundError(url), None
             r.raise_for_status()  # 412 (replaced), 416 (past the end): the store maps them
             body = await r.read()
-            etag = strong_etag(r.headers.get("etag"))
+            etag = self._checked_version(url, r.headers, etag)
             encoding = r.headers.get("content-encoding")
             if byte_range is None or content_coding(encoding) is not None:
                 return await entity(body, encoding, url, byte_range), etag
             content_range = r.headers.get("content-range")
             return requested_bytes(r.status, content_range, body, byte_range, url), etag
 
+    def _checked_version(self, url: str, headers: Mapping[str, str],
+                         wanted: str | None) -> str | None:
+        """The version an answer carries; 412 if it is not the one asked for (a server
+        that ignored the condition)."""
+        version = self.transport.version(headers)
+        if wanted is not None and version is not None and version != wanted:
+            raise HttpStatusError(url, 412, f"is at version {version}, not {wanted}")
+        return version
+
     async def read_into(self, url: str, value: Arriving, arrived: Callable[[], None]) -> None:
         """GET the whole of ``url`` into ``value``, calling ``arrived()`` as its bytes come
         in.  Once a first answer has given the value's size and version, every later
-        attempt requires that version (``If-Match``; a 412 is raised if it changed, also
-        when the server ignores the condition but answers with another ETag or size) and,
-        after some bytes came in, asks only for the rest (``Range``).  Values sent without
-        a strong ETag or a Content-Length, or content-encoded, are taken whole (such an
-        attempt starts from scratch); transient failures are raised."""
+        attempt requires that version (a 412 is raised if it changed, also when the server
+        ignores the condition but answers with another version or size) and, after some
+        bytes came in, asks only for the rest (``Range``).  Values sent without a version
+        or a Content-Length, or content-encoded, are taken whole (such an attempt starts
+        from scratch); transient failures are raised."""
         headers = self.transport.headers()
         started, resume = value.size is not None, value.have
-        if started:
-            headers["If-Match"] = str(value.version)
         if resume:
             headers["Range"] = f"bytes={resume}-"
         headers.setdefault("Accept-Encoding", "identity" if resume else ACCEPT_ENCODING)
-        async with self._request("GET", url, headers) as r:
+        async with self._request("GET", url, headers,
+                                 str(value.version) if started else None) as r:
             if r.status == 404:
                 value.complete(None, None)
                 return
             r.raise_for_status()  # 412: replaced since the first attempt
-            etag = strong_etag(r.headers.get("etag"))
+            etag = self.transport.version(r.headers)
             length = (None if "transfer-encoding" in r.headers  # (framed otherwise)
                       else r.headers.get("content-length"))
             encoding = r.headers.get("content-encoding")
@@ -202,15 +211,23 @@ class Answer(Protocol):
 
 
 class Transport(Protocol):
-    """How HttpVersionedReads sends a request for the value at ``path``."""
+    """How HttpVersionedReads sends a request for the value at ``path``, and what a
+    value's version is in its answers."""
 
     def headers(self) -> dict[str, str]:
         """The headers every request starts from (a read's own ones replace them, but
         for the Accept-Encoding of a GET)."""
         ...
 
-    def request(self, method: str, path: str, headers: dict[str, str], stall: float | None
-                ) -> AbstractAsyncContextManager[Answer]: ...
+    def request(self, method: str, path: str, headers: dict[str, str], stall: float | None,
+                version: str | None) -> AbstractAsyncContextManager[Answer]:
+        """The request, which must find the value at ``version`` (one :meth:`version`
+        gave) if given: else 412."""
+        ...
+
+    def version(self, headers: Mapping[str, str]) -> str | None:
+        """The version of the value an answer with these headers carries, if it says."""
+        ...
 
 
 def http_reads(fs: Any, stall: float | None) -> HttpVersionedReads:
@@ -226,8 +243,22 @@ def http_reads(fs: Any, stall: float | None) -> HttpVersionedReads:
     return HttpVersionedReads(_Direct(fs) if plain else _Aiohttp(fs), stall)
 
 
+def etag_condition(headers: dict[str, str], version: str | None) -> dict[str, str]:
+    """``headers`` that require the value's strong ETag ``version`` (``If-Match``)."""
+    return headers if version is None else {**headers, "If-Match": version}
+
+
+def etag_version(headers: Mapping[str, str]) -> str | None:
+    """The version of a value sent with ``headers``: its strong ETag (weak ones never
+    match under ``If-Match``)."""
+    return strong_etag(headers.get("etag"))
+
+
 class _HttpFilesystem:
-    """The requests of an fsspec HTTP(S) filesystem: its ``headers`` option, its URLs."""
+    """The requests of an fsspec HTTP(S) filesystem: its ``headers`` option, its URLs;
+    versions are strong ETags."""
+
+    version = staticmethod(etag_version)
 
     def __init__(self, fs: Any) -> None:
         self.fs = fs
@@ -242,9 +273,10 @@ class _HttpFilesystem:
 class _Direct(_HttpFilesystem):
     """shardvol's client: bodies straight into their buffers."""
 
-    def request(self, method: str, path: str, headers: dict[str, str], stall: float | None
-                ) -> AbstractAsyncContextManager[Answer]:
-        return client().request(method, self.url(path), headers, stall)
+    def request(self, method: str, path: str, headers: dict[str, str], stall: float | None,
+                version: str | None) -> AbstractAsyncContextManager[Answer]:
+        return client().request(method, self.url(path), etag_condition(headers, version),
+                                stall)
 
 
 class _Aiohttp(_HttpFilesystem):
@@ -252,8 +284,9 @@ class _Aiohttp(_HttpFilesystem):
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
-                      stall: float | None) -> AsyncIterator[Answer]:
+                      stall: float | None, version: str | None) -> AsyncIterator[Answer]:
         session = await self.fs.set_session()
+        headers = etag_condition(headers, version)
         kwargs = {k: v for k, v in self.fs.kwargs.items() if k != "headers"}
         kwargs.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=stall,
                                                            sock_read=stall))
@@ -303,14 +336,19 @@ def requested_bytes(
     value (a server that ignores Range). ByteRangeError if the value ends first."""
     first = 0
     total: int | None = len(body)
+    start, stop = byte_range
     if status == 206:
         m = _CONTENT_RANGE.fullmatch((content_range or "").strip())
         if m is None or int(m[2]) - int(m[1]) + 1 != len(body):
+            if m is not None and m[3] != "*" and (
+                    -start > int(m[3]) if start < 0 else max(start, stop or 0) > int(m[3])):
+                # (a range past the end answered 206 with no bytes, as GCS's emulator does)
+                return ByteRangeError(f"byte range [{start}, {stop}) of {url} is past its "
+                                      f"end ({m[3]} bytes)")
             return StoreError(
                 f"{url}: partial content with Content-Range {content_range!r} for {len(body)} bytes"
             )
         first, total = int(m[1]), None if m[3] == "*" else int(m[3])
-    start, stop = byte_range
     end = first + len(body)  # of what the body holds
     if start < 0:
         if total is None or -start > total:

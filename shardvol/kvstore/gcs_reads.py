@@ -1,0 +1,88 @@
+"""GCS's GETs through shardvol's HTTP client: the JSON API's media downloads, as gcsfs and
+TensorStore send them, so that ``gs://`` reads take the path of HTTP(S) and S3 reads
+(:class:`~shardvol.kvstore.versioned_reads.HttpVersionedReads`): bodies received straight
+into their buffers, whole values streamed as they arrive, and versioned reads.
+
+A value's version is its generation (``x-goog-generation``); a read that must find one
+asks with ``ifGenerationMatch`` (412 if the object was replaced).  gcsfs still decides
+where the objects are (its endpoint: ``endpoint_url``, ``STORAGE_EMULATOR_HOST``) and
+authorizes each request: its credentials' headers are applied to it (refreshed as gcsfs
+refreshes them; none for ``token="anon"``).  A filesystem set up with what this path does
+not follow (requester pays, version-aware paths, session options, client certificates)
+reads through gcsfs as before, without versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from shardvol.kvstore.http_client import HttpStatusError, client
+from shardvol.kvstore.versioned_reads import Answer, HttpVersionedReads
+
+_MAX_ERROR_BODY = 64 << 10  # bytes of an error answer read for its message
+
+
+def plain(fs: Any) -> bool:
+    """Whether the reads of the gcsfs filesystem ``fs`` can go through shardvol's client."""
+    return (not fs.requester_pays and not fs.version_aware and not fs.session_kwargs
+            and not getattr(fs, "_use_client_cert", False))
+
+
+def gcs_reads(fs: Any, stall: float | None) -> HttpVersionedReads:
+    """The versioned reads of the gcsfs filesystem ``fs`` (see :func:`plain`)."""
+    return HttpVersionedReads(GcsTransport(fs), stall)
+
+
+class GcsTransport:
+    """Authorized requests for the objects of a gcsfs filesystem (see the module)."""
+
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    @staticmethod
+    def version(headers: Mapping[str, str]) -> str | None:
+        return headers.get("x-goog-generation") or None
+
+    def url(self, method: str, path: str, version: str | None) -> tuple[str, dict[str, str]]:
+        """The URL of a request for ``path``, and the headers its condition takes: a GET
+        is a media download of the JSON API; a HEAD (the size and generation of a value,
+        for a read of no bytes) goes to the XML API, which answers HEADs."""
+        bucket, key, _ = self.fs.split_path(path)
+        if method == "HEAD":
+            url = f"{self.fs._location}/{quote(bucket, safe='')}/{quote(key, safe='/')}"
+            return url, {} if version is None else {"x-goog-if-generation-match": version}
+        url = (f"{self.fs._location}/download/storage/v1/b/{quote(bucket, safe='')}/o/"
+               f"{quote(key, safe='')}?alt=media")
+        return url + ("" if version is None else f"&ifGenerationMatch={version}"), {}
+
+    @contextlib.asynccontextmanager
+    async def request(self, method: str, path: str, headers: dict[str, str],
+                      stall: float | None, version: str | None) -> AsyncIterator[Answer]:
+        url, condition = self.url(method, path, version)
+        headers = {**headers, **condition}
+        self.fs.credentials.apply(headers)  # (Authorization, refreshed when it runs out)
+        async with client().request(method, url, headers, stall) as r:
+            if r.status >= 300 and r.status not in (304, 404, 412, 416):
+                await _raise_gcs_error(r, f"gs://{path}")
+            yield r
+
+
+async def _raise_gcs_error(r: Any, what: str) -> None:
+    """Raise the error of a GCS answer, with the message of its JSON body if it has one."""
+    message = r.reason
+    if r.length is not None and 0 < r.length <= _MAX_ERROR_BODY:
+        body = bytes(await r.read())
+        try:
+            error = json.loads(body).get("error", {})
+            message = f"{error.get('message', '')}".strip() or message
+        except (ValueError, AttributeError):  # (not JSON: the text, if it is short)
+            text = body.decode("utf-8", "replace").strip()
+            message = text if 0 < len(text) <= 200 else message
+    raise HttpStatusError(what, r.status, message, r.headers)
