@@ -275,6 +275,28 @@ def test_a_streamed_read_holds_at_most_its_window_ahead_of_the_caller(files):
     assert server.stats()["max in flight"] <= 5
 
 
+def test_whole_values_smaller_than_their_estimates_are_requested_together(tmp_path):
+    """Shard files estimated by their decoded bytes (jpeg: seven times the file): once
+    the first answer gives its true size, the others' estimates shrink alike and they
+    go out together, as far as the window holds them."""
+    for i in range(6):
+        (tmp_path / f"s{i}").write_bytes(VALUE[: 2000 + i])
+    with FaultServer(str(tmp_path)) as server:
+        store = _store(server)
+        server.set(slow=1.0, slow_seconds=0.3)  # (each body over 0.3 s: the GETs overlap)
+        keys = [f"s{i}" for i in range(6)]
+
+        def read(window: int) -> int:
+            server.stats(reset=True)
+            got = {i: bytes(v.view()) for i, v in store.iter_get_arriving(
+                keys, window=window, sizes=[15_000] * 6) if v.done}
+            assert got == {i: VALUE[: 2000 + i] for i in range(6)}
+            return server.stats()["max in flight"]
+
+        assert read(20_000) >= 5  # (one at a time by the estimates alone)
+        assert read(5_000) <= 3  # (true sizes of 2,000 each)
+
+
 def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path):
     """The first read of a shard also reads the minishard indexes it did not need, in the
     same round trip: a later read of other chunks of that shard is one request."""

@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from itertools import pairwise
 
 import numpy as np
 import pytest
 
 from shardvol import Volume
+from shardvol._ext.morton import compressed_morton_code
+from shardvol.array.engine import _apart
 from shardvol.errors import ShardFormatError, StoreError
 from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.fsspec_store import FsspecStore
@@ -230,3 +233,27 @@ def test_a_corrupt_chunk_of_a_shard_read_whole_is_an_error_naming_it(volume):
         vol = Volume(FsspecStore(f"{server.url}/v", skip_instance_cache=True), cache_bytes=0)
         with pytest.raises(ShardFormatError, match=r"0\.shard: corrupt gzip data"):
             vol[...]
+
+
+@pytest.mark.parametrize("fast", [0, 2])
+def test_chunks_go_to_the_decode_threads_apart_from_their_line(fast):
+    """A streamed read hands its decode threads chunks in an order where two in a row are
+    of different lines along the output's fast axis (such chunks share the output's
+    pages); every chunk is handed on, none held back more than the window allows."""
+    grid = (8, 4, 4)
+    coords = [tuple(int(v) for v in c) for c in np.ndindex(*grid)]
+    codes = compressed_morton_code(np.array(coords), grid)
+    items = [(coords[i], None, str(i)) for i in np.argsort(codes)]  # (a shard's order)
+    out = list(_apart(iter(items), fast, 4))
+    assert sorted(out) == sorted(items)
+
+    def line(c):
+        return c[:fast] + c[fast + 1:]
+
+    def together(seq):
+        return sum(line(a[0]) == line(b[0]) for a, b in pairwise(seq))
+
+    assert together(out) == 0
+    assert fast != 0 or together(items) > 30  # (x-neighbours follow each other in a shard)
+    position = {item: i for i, item in enumerate(items)}
+    assert all(i - position[item] <= 4 for i, item in enumerate(out))

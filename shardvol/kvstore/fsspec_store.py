@@ -306,11 +306,11 @@ class FsspecStore(KVStore):
 
     def _arrive_one(
         self, key: str, found: Callable[[Arriving], None]
-    ) -> Callable[[Callable[[], None]], Awaitable[Exception | None]]:
+    ) -> Callable[[Callable[[int | None], None]], Awaitable[Exception | None]]:
         """The op of one streamed GET of a whole value, retried within the budgets (an
         attempt after some bytes came in asks for the rest), shared with concurrent reads
-        of the same value (``found`` is given the value it fills): None, or the exception
-        that failed it."""
+        of the same value (``found`` is given the value it fills; its arrivals report
+        its size once known): None, or the exception that failed it."""
         path, reads = self._path(key), self._reads
         assert reads is not None
 
@@ -323,11 +323,13 @@ class FsspecStore(KVStore):
             except Exception as e:  # reported with the value (missing, 412, given up)
                 return e
 
-        async def one(arrived: Callable[[], None]) -> Exception | None:
+        async def one(arrived: Callable[[int | None], None]) -> Exception | None:
             flight = (path, None, None, True)
             shared = self._join(flight, fetch)
-            found(cast(Arriving, shared.value))
-            result: Exception | None = await self._wait(flight, shared, arrived)
+            value = cast(Arriving, shared.value)
+            found(value)
+            result: Exception | None = await self._wait(flight, shared,
+                                                        lambda: arrived(value.size))
             return result
 
         return one
@@ -651,7 +653,7 @@ def _size_of(byte_range: ByteRange | None) -> int | None:
 
 def _ignoring_arrivals(
     op: Callable[[], Awaitable[T]]
-) -> Callable[[Callable[[], None]], Awaitable[T]]:
+) -> Callable[[Callable[[int | None], None]], Awaitable[T]]:
     """``op`` as an op of :func:`_stream` that reports no arrivals before its result."""
     return lambda arrived: op()
 
@@ -661,19 +663,35 @@ async def _gather(ops: list[Callable[[], Awaitable[T]]]) -> list[T]:
 
 
 def _stream(loop: asyncio.AbstractEventLoop,
-            ops: list[Callable[[Callable[[], None]], Awaitable[T]]],
+            ops: list[Callable[[Callable[[int | None], None]], Awaitable[T]]],
             sizes: list[int | None], window: int) -> Iterator[tuple[int, T | None, bool]]:
     """``(i, result of ops[i], True)`` in the order they finish, and ``(i, None, False)``
     between, each time ops[i] has called the function it is given (more of its value
     came in; calls not yet taken count once).  Ops start in order as long as the sizes
     of those started but not yet finished and taken stay within ``window`` (an op larger
-    than the window starts alone).  Stopping the iteration cancels the ops not finished."""
+    than the window starts alone).  An op's size is its estimate in ``sizes`` until its
+    arrivals report its true size, and the estimates of ops not started yet are scaled
+    by how the true sizes reported so far compare with theirs (a shard of jpeg chunks is
+    estimated by its chunks' decoded bytes, seven times its file).  Stopping the
+    iteration cancels the ops not finished."""
     events: queue.SimpleQueue[tuple[int, T | None, bool]] = queue.SimpleQueue()
     told = [False] * len(ops)  # ops[i] has an arrival event not yet taken
-    room = [window]  # touched on the loop only
+    # touched on the loop only: the room left, each op's part of the window, whether its
+    # true size is known, and the true sizes known so far with their estimates
+    room, held, sized, known = [window], [0] * len(ops), [False] * len(ops), [0, 0]
     freed: list[asyncio.Event] = []
 
-    def arrived(i: int) -> None:
+    def estimate(i: int) -> int:
+        size = sizes[i] or 0
+        return min(size * known[0] // known[1] if known[1] else size, window)
+
+    def arrived(i: int, size: int | None = None) -> None:
+        if size is not None and not sized[i]:  # (on the loop: the op's own callback)
+            sized[i] = True
+            if sizes[i]:
+                known[0], known[1] = known[0] + size, known[1] + (sizes[i] or 0)
+            give_back(held[i] - min(size, window))
+            held[i] = min(size, window)
         if not told[i]:
             told[i] = True
             events.put((i, None, False))
@@ -684,13 +702,13 @@ def _stream(loop: asyncio.AbstractEventLoop,
         freed.append(asyncio.Event())
         tasks: list[asyncio.Future[None]] = []
         try:
-            for i, size in enumerate(sizes):
+            for i in range(len(sizes)):
                 op, waiting[i] = waiting[i], None
-                need = min(size or 0, window)
-                while room[0] < need:
+                while room[0] < estimate(i):
                     freed[0].clear()
                     await freed[0].wait()
-                room[0] -= need
+                held[i] = estimate(i)
+                room[0] -= held[i]
 
                 async def finish(i: int = i, op: Callable | None = op) -> None:
                     assert op is not None
@@ -707,6 +725,9 @@ def _stream(loop: asyncio.AbstractEventLoop,
         room[0] += n
         if freed:
             freed[0].set()
+
+    def give_back_held(i: int) -> None:
+        give_back(held[i])
 
     n = len(ops)
     del ops
@@ -730,7 +751,7 @@ def _stream(loop: asyncio.AbstractEventLoop,
             if final:
                 finished += 1
                 if sizes[i] and limited:  # (waking the loop costs: only if it may wait)
-                    loop.call_soon_threadsafe(give_back, min(sizes[i] or 0, window))
+                    loop.call_soon_threadsafe(give_back_held, i)
     finally:
         future.cancel()
 
