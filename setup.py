@@ -38,7 +38,7 @@ EXTENSIONS = [
     ext("transpose", "transpose.c"),
     ext("files", "filewrite.c"),
     # the system libzstd and libdeflate
-    ext("chunkbox", "chunkbox.c", "transpose.c", libraries=("zstd", "deflate")),
+    ext("chunkbox", "chunkbox.c", "transpose.c", "jpeg.c", libraries=("zstd", "deflate", "jpeg")),
     ext("_jpeg", "jpeg.c", libraries=("jpeg",)),  # the system libjpeg(-turbo)
 ]
 

@@ -27,8 +27,8 @@ server in its own process (behind the fault server's latency): shardvol and Tens
 ``--gcs`` reads the volumes through GCS's JSON API of a fast server (the fault server
 answering media downloads of the files): shardvol, shardvol through gcsfs, TensorStore;
 then through GCS (gcp-storage-emulator in its own process, behind the latency), without
-and with the faults: shardvol, shardvol with gcsfs's own retry loop kept (as it was), and
-TensorStore.
+and with the faults: shardvol, shardvol with gcsfs's reads and their retry loop (as it
+was), and TensorStore.
 
 Run:  python benchmarks/bench_remote.py [--quick] [--repeat 2] [--latency 0.025]
       [--faults] [--backends] [--s3] [--gcs] [--only NAME] [--no-cloudvolume]
@@ -370,23 +370,24 @@ _READS: dict[str, Callable[[Any, Any], Any]] = {
 
 def bench_gcs(args: argparse.Namespace, sizes: bv.Sizes) -> None:
     """Full reads and cutouts through GCS (the emulator behind the latency), without and
-    with faults (5% 503s, 2.5% resets): shardvol; shardvol as it was with gcsfs's own
-    retries inside each of its attempts; TensorStore (full reads: its ranged reads fail on
-    the emulator's answers, "Malformed StorageGeneration")."""
+    with faults (5% 503s, 2.5% resets): shardvol; shardvol as it was with gcsfs's reads
+    and its own retries inside each of shardvol's attempts; TensorStore (full reads: its
+    ranged reads fail on the emulator's answers, "Malformed StorageGeneration")."""
     gcs = GCS(args.data, args.latency)
     from shardvol.kvstore import (
         gcs_filesystem as gcs_filesystems,  # (gcsfs: after GCS() set its env)
     )
 
-    def shardvol(n: str) -> Volume:
+    def shardvol(n: str, **kw: Any) -> Volume:
         return _fresh(Volume(FsspecStore(f"gs://bench/{n}", token="anon",
-                                         endpoint_url=gcs.proxy.url, skip_instance_cache=True)))
+                                         endpoint_url=gcs.proxy.url, skip_instance_cache=True,
+                                         **kw)))
 
     def gcsfs_retrying(n: str) -> Volume:
         saved = gcs_filesystems.filesystem
         gcs_filesystems.filesystem = fsspec.core.url_to_fs  # (gcsfs's own class)
-        try:
-            return shardvol(n)
+        try:  # (an aiohttp option shardvol's client does not take: gcsfs's reads)
+            return shardvol(n, session_kwargs={"trust_env": False})
         finally:
             gcs_filesystems.filesystem = saved
 
@@ -447,21 +448,8 @@ def bench_s3_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
                 "kvstore": _ts_s3(server.url, n, bucket)},
                 read=True).result(),
         }
-        reads = {**_READS, "shardvol via botocore": _READS["shardvol"]}
-        print("\nS3 API of the fault server (path-style GETs of the files, behind the same "
-              "latency)\n| dataset | operation | shardvol | shardvol via botocore | TensorStore "
-              "| TensorStore / shardvol |\n|---|---|---:|---:|---:|---:|")
-        for ds in [d for d in bv.DATASETS if d.name in ("raw", "raw sharded", "jpeg sharded")]:
-            path = bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
-            data = bv.TensorStore().read(bv.TensorStore().open(path), None)
-            for op, boxes in (("full read", [None]),
-                              ("24 cutouts", bv.cutout_boxes(data.shape[:3], sizes.cutout))):
-                best = _best_reads(opens, reads, os.path.basename(path), boxes, data,
-                                   args.repeat)
-                print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms "
-                      f"| {best['shardvol via botocore'] * 1000:,.0f} ms "
-                      f"| {best['TensorStore'] * 1000:,.0f} ms "
-                      f"| {best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
+        _api_table(args, sizes, opens, "S3 API of the fault server (path-style GETs of the "
+                   "files, behind the same latency)")
 
 
 def bench_gcs_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
@@ -491,21 +479,28 @@ def bench_gcs_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
                 "kvstore": {"driver": "gcs", "bucket": bucket, "path": n + "/"}},
                 read=True).result(),
         }
-        reads = {**_READS, "shardvol via gcsfs": _READS["shardvol"]}
-        print("\nGCS JSON API of the fault server (media downloads of the files, behind the "
-              "same latency)\n| dataset | operation | shardvol | shardvol via gcsfs "
-              "| TensorStore | TensorStore / shardvol |\n|---|---|---:|---:|---:|---:|")
-        for ds in [d for d in bv.DATASETS if d.name in ("raw", "raw sharded", "jpeg sharded")]:
-            path = bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
-            data = bv.TensorStore().read(bv.TensorStore().open(path), None)
-            for op, boxes in (("full read", [None]),
-                              ("24 cutouts", bv.cutout_boxes(data.shape[:3], sizes.cutout))):
-                best = _best_reads(opens, reads, os.path.basename(path), boxes, data,
-                                   args.repeat)
-                print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms "
-                      f"| {best['shardvol via gcsfs'] * 1000:,.0f} ms "
-                      f"| {best['TensorStore'] * 1000:,.0f} ms "
-                      f"| {best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
+        _api_table(args, sizes, opens, "GCS JSON API of the fault server (media downloads "
+                   "of the files, behind the same latency)")
+
+
+def _api_table(args: argparse.Namespace, sizes: bv.Sizes,
+               opens: dict[str, Callable[[str], Any]], title: str) -> None:
+    """Full reads and 24 cutouts of the raw, raw sharded and jpeg sharded volumes through
+    ``opens``: "shardvol", shardvol through the client library it replaced (the second
+    entry), "TensorStore"; best of ``--repeat``."""
+    before = next(k for k in opens if k not in ("shardvol", "TensorStore"))
+    reads = {**_READS, before: _READS["shardvol"]}
+    print(f"\n{title}\n| dataset | operation | shardvol | {before} | TensorStore "
+          "| TensorStore / shardvol |\n|---|---|---:|---:|---:|---:|")
+    for ds in [d for d in bv.DATASETS if d.name in ("raw", "raw sharded", "jpeg sharded")]:
+        path = bv.ensure_dataset(args.data, ds, bv.source_array(ds, sizes))
+        data = bv.TensorStore().read(bv.TensorStore().open(path), None)
+        for op, boxes in (("full read", [None]),
+                          ("24 cutouts", bv.cutout_boxes(data.shape[:3], sizes.cutout))):
+            best = _best_reads(opens, reads, os.path.basename(path), boxes, data, args.repeat)
+            print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms "
+                  f"| {best[before] * 1000:,.0f} ms | {best['TensorStore'] * 1000:,.0f} ms "
+                  f"| {best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
 
 
 def bench_s3(args: argparse.Namespace, sizes: bv.Sizes) -> None:

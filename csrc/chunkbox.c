@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <zstd.h>
 
+#include "jpeg.h"
 #include "sv_io.h"
 #include "transpose.h"
 
@@ -16,11 +17,15 @@
  * plus this much (headers, their optional fields): longer spans are not decoded here. */
 #define SLACK 4096
 
+/* A jpeg image of a chunk of n voxels is at most this long (quality 100 on noise takes
+ * about 2 bytes a voxel): a longer one is left to the general path. */
+#define JPEG_MAX(n) (4 * (n) + SLACK)
+
 struct sv_box_reader {
     ZSTD_DCtx *dctx;
     struct libdeflate_decompressor *inflater;
-    uint8_t *src, *chunk;
-    size_t src_cap, chunk_cap;
+    uint8_t *src, *chunk, *stage;
+    size_t src_cap, chunk_cap, stage_cap;
 };
 
 sv_box_reader *sv_box_reader_new(void) {
@@ -41,6 +46,7 @@ void sv_box_reader_free(sv_box_reader *r) {
     if (r->inflater != NULL) libdeflate_free_decompressor(r->inflater);
     free(r->src);
     free(r->chunk);
+    free(r->stage);
     free(r);
 }
 
@@ -54,6 +60,11 @@ void sv_box_reader_trim(sv_box_reader *r, size_t keep) {
         free(r->chunk);
         r->chunk = NULL;
         r->chunk_cap = 0;
+    }
+    if (r->stage_cap > keep) {
+        free(r->stage);
+        r->stage = NULL;
+        r->stage_cap = 0;
     }
 }
 
@@ -121,12 +132,50 @@ static int copy_box(const uint8_t *chunk, const int64_t origin[4], const ptrdiff
     return sv_copy_transposed(chunk, chunk_strides, out, out_strides, count, (size_t)itemsize);
 }
 
+/* Decode the box of the jpeg chunk in r->src[0, n) (gzipped if `gz`) into out: its axes
+ * are the chunk's (X, Y, Z, C) reversed.  Any failure is SV_BOX_OTHER: the general path
+ * decodes the chunk again and names what is wrong. */
+static int read_jpeg(sv_box_reader *r, int gz, size_t n, const int64_t shape[4],
+                     const int64_t origin[4], const int64_t count[4], uint8_t *out,
+                     const int64_t out_strides[4], size_t total) {
+    const uint8_t *image = r->src;
+    size_t image_len = n;
+    if (gz) { /* the member's size is its last four bytes (ISIZE, RFC 1952) */
+        if (n < 18) return SV_BOX_OTHER;
+        const uint8_t *t = r->src + n - 4;
+        image_len = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
+        if (image_len == 0 || image_len > JPEG_MAX(total) ||
+            !reserve(&r->chunk, &r->chunk_cap, image_len) ||
+            inflate_whole(r->inflater, r->src, n, r->chunk, image_len) != SV_OK)
+            return SV_BOX_OTHER;
+        image = r->chunk;
+    }
+    size_t full[4], start[4], region[4], box_bytes = 1;
+    ptrdiff_t strides[4];
+    for (int d = 0; d < 4; d++) {
+        full[d] = (size_t)shape[3 - d];
+        start[d] = (size_t)origin[3 - d];
+        region[d] = (size_t)count[3 - d];
+        strides[d] = (ptrdiff_t)out_strides[3 - d];
+        box_bytes *= region[d];
+    }
+    /* decoded into a staging buffer, then copied: rows written straight into a large
+     * output cost more (see jpeg.c) */
+    if (!reserve(&r->stage, &r->stage_cap, box_bytes)) return SV_BOX_OTHER;
+    sv_jpeg_error err;
+    return sv_jpeg_decode_region(image, image_len, full, start, region, out, strides, r->stage,
+                                 box_bytes, &err) == SV_OK
+               ? SV_OK
+               : SV_BOX_OTHER;
+}
+
 int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t length,
                 int64_t itemsize, const int64_t shape[4], const int64_t origin[4],
                 const int64_t count[4], uint8_t *out, const int64_t out_strides[4],
                 int *err_no) {
-    if (itemsize < 1 || itemsize > 16 ||
-        (codec != SV_BOX_ZSTD && codec != SV_BOX_GZIP && codec != SV_BOX_NONE))
+    const int jpeg = codec == SV_BOX_JPEG || codec == SV_BOX_GZIP_JPEG;
+    if (itemsize < 1 || itemsize > 16 || (jpeg && itemsize != 1) ||
+        (codec != SV_BOX_ZSTD && codec != SV_BOX_GZIP && codec != SV_BOX_NONE && !jpeg))
         return SV_ERR_ARGUMENT;
     size_t total = (size_t)itemsize, last = 0;
     ptrdiff_t chunk_strides[4], dst_strides[4];
@@ -143,9 +192,13 @@ int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t len
         if (count[d] != shape[d]) whole = 0;
         if (__builtin_mul_overflow(total, (size_t)shape[d], &total)) return SV_ERR_ARGUMENT;
     }
-    const size_t longest = codec == SV_BOX_NONE   ? total
-                           : codec == SV_BOX_ZSTD ? SLACK + ZSTD_compressBound(total)
-                                                  : SLACK + libdeflate_deflate_compress_bound(NULL, total);
+    if (jpeg && total > ((size_t)1 << 40)) return SV_BOX_OTHER; /* no JPEG is that large */
+    const size_t longest =
+        codec == SV_BOX_NONE        ? total
+        : codec == SV_BOX_ZSTD      ? SLACK + ZSTD_compressBound(total)
+        : codec == SV_BOX_JPEG      ? JPEG_MAX(total)
+        : codec == SV_BOX_GZIP_JPEG ? SLACK + libdeflate_deflate_compress_bound(NULL, JPEG_MAX(total))
+                                    : SLACK + libdeflate_deflate_compress_bound(NULL, total);
     if (offset < 0 || length < 1 || (size_t)length > longest ||
         (codec == SV_BOX_NONE && (size_t)length != total))
         return SV_BOX_OTHER; /* no encoding of this chunk is that long: the caller's to check */
@@ -161,6 +214,9 @@ int sv_box_read(sv_box_reader *r, int codec, int fd, int64_t offset, int64_t len
         return SV_ERR_IO;
     }
     if (got > 0) return SV_BOX_OTHER; /* the file ends first */
+    if (jpeg)
+        return read_jpeg(r, codec == SV_BOX_GZIP_JPEG, (size_t)length, shape, origin, count, out,
+                         out_strides, total);
     if (codec == SV_BOX_NONE)
         return sv_copy_transposed(r->src, chunk_strides, out, dst_strides, n, (size_t)itemsize);
     if (whole && c_contiguous)

@@ -11,7 +11,8 @@
  * blocks after the box are then not decoded, so damage inside them goes unnoticed, as it
  * does in a frame without a checksum decoded whole unless it breaks the decoding.  A gzip
  * member is inflated whole (libdeflate, which checks its CRC); of items stored as they
- * are, only the bytes from the box's first item to its last are read.
+ * are, only the bytes from the box's first item to its last are read.  A jpeg chunk is
+ * decoded only up to the last image row the box needs (csrc/jpeg.h).
  *
  * Spans this kernel does not decode (data of another format or size, short or corrupt
  * data, a file shorter than the span) leave `out` to the caller, who decodes the chunk
@@ -33,6 +34,11 @@
 #define SV_BOX_ZSTD 1
 #define SV_BOX_GZIP 2
 #define SV_BOX_NONE 3 /* the items as they are */
+/* A Neuroglancer "jpeg" chunk (csrc/jpeg.h; uint8, the chunk's axes C order reversed:
+ * channel, z, y, x), as it is or as one gzip member (a sharded scale's gzip data
+ * encoding). */
+#define SV_BOX_JPEG 4
+#define SV_BOX_GZIP_JPEG 5
 
 /* Decompressors and the buffers they read and decode into, grown as needed; one per
  * thread. */

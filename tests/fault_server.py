@@ -2,11 +2,11 @@
 connections, bodies cut short or slow, hung requests.
 
 It serves the files below a directory (GET and HEAD, one byte range, strong ETags,
-``If-Match``, and GCS's ``x-goog-generation`` and ``x-goog-if-generation-match``), also as
-the objects of GCS's JSON API (``/storage/v1/b/BUCKET/o/NAME`` is the file ``BUCKET/NAME``:
-its metadata, or its bytes with ``alt=media``; ``ifGenerationMatch``; errors in JSON), or
-forwards every request to an upstream server (``--upstream``: an S3
-server such as moto's) and injects the same faults into the answers.  It runs in its own
+``If-Match``), also as the objects of GCS's JSON API (``/storage/v1/b/BUCKET/o/NAME`` is
+the file ``BUCKET/NAME``: its metadata, or its bytes with ``alt=media`` and their
+generation in ``x-goog-generation``; ``ifGenerationMatch``; errors in JSON), or forwards
+every request to an upstream server (``--upstream``: an S3 server such as moto's) and
+injects the same faults into the answers.  It runs in its own
 process, so that its work does not share the client's interpreter:
 
     python -m tests.fault_server ROOT [--latency 0.025] [--upstream URL]
@@ -270,9 +270,8 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
             size = st.st_size
             etag, generation = _etag(st), _generation(st)
             wanted = None if state.faults.ignore_if_match else request.headers.get("If-Match")
-            wanted_generation = None if state.faults.ignore_if_match else (
-                request.headers.get("x-goog-if-generation-match") if gcs is None
-                else request.query.get("ifGenerationMatch"))
+            wanted_generation = (None if gcs is None or state.faults.ignore_if_match
+                                 else request.query.get("ifGenerationMatch"))
             if (wanted is not None and wanted.strip() not in ("*", etag)) or (
                     wanted_generation is not None and wanted_generation != generation):
                 return web.Response(status=412)
@@ -281,8 +280,10 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
                     "kind": "storage#object", "bucket": gcs[1], "name": gcs[2],
                     "size": str(size), "generation": generation, "metageneration": "1",
                     "etag": etag, "updated": "2026-01-01T00:00:00.000Z"})
-            headers = {"ETag": etag, "x-goog-generation": generation, "Accept-Ranges": "bytes",
+            headers = {"ETag": etag, "Accept-Ranges": "bytes",
                        "Content-Type": "application/octet-stream"}
+            if gcs is not None:
+                headers["x-goog-generation"] = generation
             span = None if state.faults.ignore_range else _byte_range(
                 request.headers.get("Range"), size)
             if span == "bad":

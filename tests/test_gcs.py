@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from shardvol import Volume
-from shardvol.errors import StoreError
+from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.fsspec_store import FsspecStore
 
 from .fault_server import FaultServer
@@ -52,6 +52,19 @@ class TestGCSStore(StoreContract):
 SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
             "preshift_bits": 0, "minishard_bits": 2, "shard_bits": 2,
             "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
+
+
+def test_reads_of_no_bytes_ask_for_the_metadata(bucket):
+    """GCS's JSON API answers no HEAD: a read of no bytes (which needs the value's length
+    and generation) takes them from the object's metadata."""
+    store = _store(bucket + "/e")
+    store.set("k", b"hello world")
+    assert store.get("k", (3, 3)) == store.get("k", (11, 11)) == b""
+    assert store.get("absent", (1, 1)) is None
+    with pytest.raises(ByteRangeError):
+        store.get("k", (20, 20))
+    ((value, version),) = store.get_many_versioned([("k", (2, 2))])
+    assert value == b"" and version == str(store._info("k")["generation"])
 
 
 def test_a_volume_tensorstore_wrote_reads_back_from_gcs(bucket, tmp_path):

@@ -79,7 +79,7 @@ def test_versions_are_generations_and_replaced_values_are_caught(server, tmp_pat
     value, version = store.get_versioned("k")
     assert value == b"x" * 1000 and version == store.version("k")  # (metadata's generation)
     assert store.get_many_if([("k", (10, 20))], {"k": version}) == [b"x" * 10]
-    assert store.get_many_if([("k", (5, 5))], {"k": version}) == [b""]  # (a HEAD)
+    assert store.get_many_if([("k", (5, 5))], {"k": version}) == [b""]  # (its metadata)
     _file(tmp_path, "k", b"y" * 1000)
     assert store.version("k") != version
     server.stats(reset=True)

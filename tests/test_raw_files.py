@@ -115,7 +115,7 @@ def test_file_reader_only_for_local_raw_unsharded(tmp_path):
     assert mem.chunked_array.box_reader is None
     sharded = Volume.create(str(tmp_path / "b"), size=[8, 8, 8], data_type="uint8",
                             chunk_size=[4, 4, 4], sharding="auto")
-    assert not isinstance(sharded.chunked_array.box_reader, RawFileReader)  # (raw_shards')
+    assert not isinstance(sharded.chunked_array.box_reader, RawFileReader)  # (shard_boxes')
     cseg = Volume.create(str(tmp_path / "c"), size=[8, 8, 8], data_type="uint32",
                          chunk_size=[4, 4, 4], type="segmentation",
                          encoding="compressed_segmentation",

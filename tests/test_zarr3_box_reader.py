@@ -256,9 +256,9 @@ def test_c_kernel_checker(tmp_path):
     boxes and output layouts read exactly; damaged data read or left to the caller, never a
     crash.  Built
     with the sanitizers when the compiler has them; run it longer by hand (see the file)."""
-    out = run_checker(tmp_path, "fuzz_chunkbox", ["chunkbox.c", "transpose.c"],
-                      ["3000", str(tmp_path / "chunk")], libs=("zstd", "deflate"), sanitize=True,
-                      timeout=240)
+    out = run_checker(tmp_path, "fuzz_chunkbox", ["chunkbox.c", "transpose.c", "jpeg.c"],
+                      ["3000", str(tmp_path / "chunk")], libs=("zstd", "deflate", "jpeg"),
+                      sanitize=True, timeout=240)
     words = out.split()  # "<n> read, <m> left to the generic path"
     read, left = int(words[0]), int(words[2])
     assert read + left == 3000 and read > 1800 and left > 400, out

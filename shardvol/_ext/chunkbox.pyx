@@ -1,5 +1,5 @@
-"""Boxes of chunks (zstd, gzip or as they are) in open files decoded straight into an
-output array (GIL released).
+"""Boxes of chunks (zstd, gzip or as they are; Neuroglancer jpeg, gzipped or not) in open
+files decoded straight into an output array (GIL released).
 
 Thin wrapper of csrc/chunkbox.h.
 """
@@ -12,8 +12,8 @@ from libc.stdint cimport int64_t, uint8_t
 
 from shardvol._ext.csrc cimport SV_OK, SV_ERR_IO
 from shardvol._ext.csrc_chunkbox cimport (
-    SV_BOX_GZIP, SV_BOX_NONE, SV_BOX_OTHER, SV_BOX_ZSTD, sv_box_read, sv_box_reader, sv_box_reader_free,
-    sv_box_reader_new, sv_box_reader_trim,
+    SV_BOX_GZIP, SV_BOX_GZIP_JPEG, SV_BOX_JPEG, SV_BOX_NONE, SV_BOX_OTHER, SV_BOX_ZSTD, sv_box_read,
+    sv_box_reader, sv_box_reader_free, sv_box_reader_new, sv_box_reader_trim,
 )
 from shardvol.errors import InvalidArgumentError, StoreError
 
@@ -24,8 +24,10 @@ OTHER = SV_BOX_OTHER
 #: A thread's reader keeps buffers of at most this many bytes from one read to the next.
 cdef size_t _KEEP_BYTES = 16 << 20
 KEEP_BYTES = _KEEP_BYTES
-#: the codecs read_boxes decodes, by their Zarr names ("raw": the items as they are)
-CODECS = {"zstd": SV_BOX_ZSTD, "gzip": SV_BOX_GZIP, "raw": SV_BOX_NONE}
+#: the codecs read_boxes decodes, by their Zarr names ("raw": the items as they are), and
+#: Neuroglancer's jpeg, as it is or gzipped (a sharded scale's gzip data encoding)
+CODECS = {"zstd": SV_BOX_ZSTD, "gzip": SV_BOX_GZIP, "raw": SV_BOX_NONE, "jpeg": SV_BOX_JPEG,
+          "gzip jpeg": SV_BOX_GZIP_JPEG}
 
 
 cdef class Reader:

@@ -6,6 +6,8 @@ cdef extern from "chunkbox.h" nogil:
     int SV_BOX_ZSTD
     int SV_BOX_GZIP
     int SV_BOX_NONE
+    int SV_BOX_JPEG
+    int SV_BOX_GZIP_JPEG
     ctypedef struct sv_box_reader:
         pass
     sv_box_reader *sv_box_reader_new()

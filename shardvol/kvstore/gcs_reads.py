@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+from shardvol.errors import StoreError
+from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.http_client import HttpStatusError, client
 from shardvol.kvstore.versioned_reads import Answer, HttpVersionedReads
 
@@ -50,28 +52,55 @@ class GcsTransport:
     def version(headers: Mapping[str, str]) -> str | None:
         return headers.get("x-goog-generation") or None
 
-    def url(self, method: str, path: str, version: str | None) -> tuple[str, dict[str, str]]:
-        """The URL of a request for ``path``, and the headers its condition takes: a GET
-        is a media download of the JSON API; a HEAD (the size and generation of a value,
-        for a read of no bytes) goes to the XML API, which answers HEADs."""
+    def url(self, method: str, path: str, version: str | None) -> str:
+        """The URL of a request for ``path`` that must find it at ``version`` if given: a
+        GET is a media download; a HEAD asks for the object's metadata (the JSON API
+        answers no HEAD)."""
         bucket, key, _ = self.fs.split_path(path)
-        if method == "HEAD":
-            url = f"{self.fs._location}/{quote(bucket, safe='')}/{quote(key, safe='/')}"
-            return url, {} if version is None else {"x-goog-if-generation-match": version}
-        url = (f"{self.fs._location}/download/storage/v1/b/{quote(bucket, safe='')}/o/"
-               f"{quote(key, safe='')}?alt=media")
-        return url + ("" if version is None else f"&ifGenerationMatch={version}"), {}
+        url = (f"{self.fs._location}/{'' if method == 'HEAD' else 'download/'}storage/v1/b/"
+               f"{quote(bucket, safe='')}/o/{quote(key, safe='')}?"
+               f"{'' if method == 'HEAD' else 'alt=media&'}")
+        return url + ("" if version is None else f"ifGenerationMatch={version}")
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
                       stall: float | None, version: str | None) -> AsyncIterator[Answer]:
-        url, condition = self.url(method, path, version)
-        headers = {**headers, **condition}
+        headers = dict(headers)
         self.fs.credentials.apply(headers)  # (Authorization, refreshed when it runs out)
-        async with client().request(method, url, headers, stall) as r:
+        url = self.url(method, path, version)
+        async with client().request("GET", url, headers, stall) as r:
             if r.status >= 300 and r.status not in (304, 404, 412, 416):
                 await _raise_gcs_error(r, f"gs://{path}")
-            yield r
+            yield r if method != "HEAD" or r.status != 200 else await _Head.of(r, url)
+
+
+class _Head:
+    """The answer a HEAD of a value would have had (its length and generation), made
+    from its metadata."""
+
+    status = 200
+
+    def __init__(self, url: str, size: str, generation: str) -> None:
+        self.url = url
+        self.headers = {"content-length": size, "x-goog-generation": generation}
+
+    @classmethod
+    async def of(cls, r: Any, url: str) -> _Head:
+        body = bytes(await r.read())
+        try:
+            meta = json.loads(body)
+            return cls(url, str(int(meta["size"])), str(meta["generation"]))
+        except (ValueError, KeyError, TypeError):
+            raise StoreError(f"{url}: not an object's metadata: {body[:200]!r}") from None
+
+    def raise_for_status(self) -> None:
+        pass
+
+    async def read(self) -> bytes:
+        return b""
+
+    async def fill(self, value: Arriving, arrived: Callable[[], None], skip: int) -> None:
+        raise StoreError(f"{self.url}: a HEAD has no body")
 
 
 async def _raise_gcs_error(r: Any, what: str) -> None:

@@ -49,12 +49,12 @@ from shardvol.precomputed.meshes import Meshes
 from shardvol.precomputed.objects import link_object, new_object_store, object_store
 from shardvol.precomputed.provenance import read_provenance, write_provenance
 from shardvol.precomputed.raw_files import RawFileReader
-from shardvol.precomputed.raw_shards import RawShardReader
 from shardvol.precomputed.segment_properties import (
     SegmentProperties,
     read_segment_properties,
     write_segment_properties,
 )
+from shardvol.precomputed.shard_boxes import ShardBoxReader
 from shardvol.precomputed.sharded import ShardedChunkStore
 from shardvol.precomputed.skeletons import Skeletons
 from shardvol.precomputed.unsharded import UnshardedChunkStore, chunk_key
@@ -149,7 +149,7 @@ class Volume(AsyncMethods):
         max_chunk = 4 * math.prod(grid.chunk_shape) * meta.dtype.itemsize + (1 << 20)
         store: ChunkStore[int] | ChunkStore[ChunkCoord]
         codec = scale_codec(scale, meta.dtype, c, jpeg_quality=self._options["jpeg_quality"])
-        box_reader: RawFileReader | RawShardReader | None
+        box_reader: RawFileReader | ShardBoxReader | None
         if self._spec is None:
             store = UnshardedChunkStore(
                 kv, grid, max_chunk, chunk_nbytes=math.prod(grid.chunk_shape) * meta.dtype.itemsize
@@ -160,7 +160,7 @@ class Volume(AsyncMethods):
                 kv, grid, self._spec, self._options["compress_level"], max_chunk,
                 chunk_nbytes=math.prod(grid.chunk_shape) * meta.dtype.itemsize,
             )
-            box_reader = RawShardReader.for_scale(store, codec)
+            box_reader = ShardBoxReader.for_scale(store, codec)
         self._array = ChunkedArray(
             grid=grid,
             dtype=meta.dtype,

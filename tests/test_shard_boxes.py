@@ -1,5 +1,5 @@
-"""Raw chunks of local shards read straight into the output (shardvol.precomputed.raw_shards,
-csrc/chunkbox).
+"""Raw and jpeg chunks of local shards read straight into the output
+(shardvol.precomputed.shard_boxes, csrc/chunkbox).
 
 TensorStore writes the sharded volumes; every read is compared with what TensorStore reads.
 """
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from shardvol import Volume
 from shardvol.array.indexing import chunk_parts
 from shardvol.errors import ShardvolError
-from shardvol.precomputed.raw_shards import RawShardReader
+from shardvol.precomputed.shard_boxes import ShardBoxReader
 from tests.oracles import RANDOM_VOLUMES, random_values, ts_create
 
 
@@ -26,29 +26,20 @@ def _spec(data_encoding: str, preshift: int = 1) -> dict:
             "minishard_index_encoding": "gzip", "data_encoding": data_encoding}
 
 
-def _ts_volume(path, data, offset, chunk, data_encoding="gzip", preshift=1):
+def _ts_volume(path, data, offset, chunk, data_encoding="gzip", preshift=1, encoding="raw"):
     store = ts_create(
         str(path), data_type=data.dtype.name, num_channels=data.shape[3],
         size=list(data.shape[:3]), resolution=[1, 1, 1], voxel_offset=list(offset),
-        chunk_size=list(chunk), encoding="raw", sharding=_spec(data_encoding, preshift),
+        chunk_size=list(chunk), encoding=encoding, sharding=_spec(data_encoding, preshift),
     )
     store.write(data).result()
     return store
 
 
-@settings(max_examples=20, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(**RANDOM_VOLUMES, data_encoding=st.sampled_from(["gzip", "raw"]))
-def test_random_boxes_match_tensorstore(tmp_path_factory, dtype, channels, shape, chunk,
-                                        offset, data_encoding, seed):
-    rng = np.random.default_rng(seed)
-    data = random_values((*shape, channels), dtype, rng)
-    path = tmp_path_factory.mktemp("v")
-    oracle = _ts_volume(path, data, offset, chunk, data_encoding)
-    vol = Volume(str(path))
+def _check_random_boxes(vol, oracle, rng, shape, offset):
+    """Random boxes read by the volume and by its box reader alone, against TensorStore's
+    reads; the box reader reads every stored chunk itself."""
     reader = vol.chunked_array.box_reader
-    assert isinstance(reader, RawShardReader)
-    assert reader.codec == data_encoding
     for _ in range(10):
         lo = [int(rng.integers(0, s)) for s in shape]
         box = tuple(slice(o + a, o + int(rng.integers(a + 1, s + 1)))
@@ -64,6 +55,44 @@ def test_random_boxes_match_tensorstore(tmp_path_factory, dtype, channels, shape
         assert {p.coord for p in left} == {  # (TensorStore stores no chunk of zeros)
             p.coord for p, k in zip(parts, codes) if k not in stored}
         np.testing.assert_array_equal(out, want)
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(**RANDOM_VOLUMES, data_encoding=st.sampled_from(["gzip", "raw"]))
+def test_random_boxes_match_tensorstore(tmp_path_factory, dtype, channels, shape, chunk,
+                                        offset, data_encoding, seed):
+    rng = np.random.default_rng(seed)
+    data = random_values((*shape, channels), dtype, rng)
+    path = tmp_path_factory.mktemp("v")
+    oracle = _ts_volume(path, data, offset, chunk, data_encoding)
+    vol = Volume(str(path))
+    reader = vol.chunked_array.box_reader
+    assert isinstance(reader, ShardBoxReader)
+    assert reader.codec == data_encoding
+    _check_random_boxes(vol, oracle, rng, shape, offset)
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(channels=st.sampled_from([1, 3]), shape=RANDOM_VOLUMES["shape"],
+       chunk=st.tuples(st.integers(1, 33), st.integers(1, 33), st.integers(1, 9)),
+       offset=RANDOM_VOLUMES["offset"], data_encoding=st.sampled_from(["gzip", "raw"]),
+       seed=RANDOM_VOLUMES["seed"])
+def test_random_boxes_of_jpeg_chunks_match_tensorstore(tmp_path_factory, channels, shape,
+                                                       chunk, offset, data_encoding, seed):
+    """Smooth images (jpeg keeps them close, and their chunks differ from each other)."""
+    rng = np.random.default_rng(seed)
+    x, y, z = np.meshgrid(*(np.arange(n) for n in shape), indexing="ij")
+    data = np.stack([(x * (3 + c) + y * (5 - c) + z * 7 + rng.integers(0, 40)) % 256
+                     for c in range(channels)], axis=-1).astype(np.uint8)
+    path = tmp_path_factory.mktemp("j")
+    oracle = _ts_volume(path, data, offset, chunk, data_encoding, encoding="jpeg")
+    vol = Volume(str(path))
+    reader = vol.chunked_array.box_reader
+    assert isinstance(reader, ShardBoxReader)
+    assert reader.codec == ("gzip jpeg" if data_encoding == "gzip" else "jpeg")
+    _check_random_boxes(vol, oracle, rng, shape, offset)
 
 
 def test_missing_chunks_read_as_fill_and_damaged_ones_are_errors(tmp_path):
@@ -103,10 +132,31 @@ def test_a_replaced_shard_is_read_at_its_new_version(tmp_path):
     np.testing.assert_array_equal(vol[1:15, 2:13, 0:8], second[1:15, 2:13, 0:8])
 
 
-def test_only_raw_chunks_in_local_shards(tmp_path):
+def test_raw_and_uint8_jpeg_chunks_in_local_shards_only(tmp_path):
     jpeg = Volume.create(str(tmp_path / "j"), size=[16, 16, 16], data_type="uint8",
                          chunk_size=[8, 8, 8], encoding="jpeg", sharding="auto")
-    assert jpeg.chunked_array.box_reader is None
+    assert isinstance(jpeg.chunked_array.box_reader, ShardBoxReader)
+    cseg = Volume.create(str(tmp_path / "c"), size=[16, 16, 16], data_type="uint32",
+                         chunk_size=[8, 8, 8], encoding="compressed_segmentation",
+                         sharding="auto")
+    assert cseg.chunked_array.box_reader is None
     mem = Volume.create("memory://raw-shards-test", size=[16, 16, 16], data_type="uint8",
                         chunk_size=[8, 8, 8], sharding="auto")
     assert mem.chunked_array.box_reader is None
+
+
+def test_a_damaged_jpeg_chunk_is_the_general_paths_to_name(tmp_path):
+    data = np.random.default_rng(6).integers(0, 255, (16, 16, 8, 1), dtype=np.uint8)
+    _ts_volume(tmp_path, data, (0, 0, 0), (8, 8, 8), data_encoding="raw", preshift=9,
+               encoding="jpeg")
+    vol = Volume(str(tmp_path))
+    (shard,) = [f for f in os.listdir(tmp_path / vol.scale.key) if f.endswith(".shard")]
+    raw = bytearray((tmp_path / vol.scale.key / shard).read_bytes())
+    at = raw.find(b"\xff\xda")  # the first chunk's scan: its entropy-coded data after it
+    raw[at + 20:at + 60] = b"\xff\xd9" * 20
+    (tmp_path / vol.scale.key / shard).write_bytes(bytes(raw))
+    general = Volume(str(tmp_path))
+    general.chunked_array.box_reader = None
+    for reading in (general, Volume(str(tmp_path))):
+        with pytest.raises(ShardvolError, match=r"0\.shard.*jpeg"):
+            reading[...]

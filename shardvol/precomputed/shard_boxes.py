@@ -1,14 +1,14 @@
-"""Raw chunks of a local sharded scale, read straight into the output array.
+"""Raw and jpeg chunks of a local sharded scale, read straight into the output array.
 
 The generic read path reads each chunk's bytes (gzip data encoding: a gzip member) into
-a buffer, inflates it into a bytes object and copies the selected box into the output,
-with Python work per chunk between those steps.  Here the chunks' places in their shard
-files come from the shard and minishard indexes (:meth:`ShardReader.locate`, cached),
-each shard file is opened once per batch and used only at the version its index was read
-from, and the C kernel (csrc/chunkbox.h) reads, inflates and copies each box with the
-GIL released.  Chunks it does not handle (missing, of another size, damaged, in a shard
-replaced since its index was read, strided selections) are returned to the generic path,
-which fills them, reads them again or raises the usual errors.
+a buffer, inflates it into a bytes object and decodes or copies the selected box into the
+output, with Python work per chunk between those steps.  Here the chunks' places in their
+shard files come from the shard and minishard indexes (:meth:`ShardReader.locate`,
+cached), each shard file is opened once per batch and used only at the version its index
+was read from, and the C kernel (csrc/chunkbox.h) reads, inflates and decodes or copies
+each box with the GIL released.  Chunks it does not handle (missing, of another size,
+damaged, in a shard replaced since its index was read, strided selections) are returned
+to the generic path, which fills them, reads them again or raises the usual errors.
 """
 
 from __future__ import annotations
@@ -23,22 +23,28 @@ from shardvol.precomputed.codecs.base import ChunkEncoding
 from shardvol.precomputed.sharded import ShardedChunkStore
 
 
-class RawShardReader:
-    """Reads boxes of the raw chunks of one sharded scale stored as local files."""
+class ShardBoxReader:
+    """Reads boxes of the raw or jpeg chunks of one sharded scale stored as local files."""
 
-    def __init__(self, store: ShardedChunkStore) -> None:
+    def __init__(self, store: ShardedChunkStore, encoding: str) -> None:
         self.store = store
-        self.codec = "gzip" if store.spec.data_encoding == "gzip" else "raw"
+        gzip = store.spec.data_encoding == "gzip"
+        #: the kernel's codec (a key of chunkbox.CODECS)
+        self.codec = (("gzip" if gzip else "raw") if encoding == "raw"
+                      else "gzip jpeg" if gzip else "jpeg")
 
     @classmethod
-    def for_scale(cls, store: ShardedChunkStore, codec: ChunkEncoding) -> RawShardReader | None:
-        """A reader if the scale's chunks are raw voxels (gzipped or not) in local shard
-        files this host can copy as they are (little-endian, or single bytes); else None."""
-        if codec.encoding != "raw" or (sys.byteorder != "little" and codec.dtype.itemsize > 1):
+    def for_scale(cls, store: ShardedChunkStore, codec: ChunkEncoding) -> ShardBoxReader | None:
+        """A reader if the scale's chunks are raw voxels (little-endian, or single bytes)
+        or uint8 jpeg images, gzipped or not, in local shard files; else None."""
+        if codec.encoding == "raw":
+            if sys.byteorder != "little" and codec.dtype.itemsize > 1:
+                return None
+        elif codec.encoding != "jpeg" or codec.dtype != np.uint8:
             return None
         if store.kv.file_path(store.spec.shard_filename(0)) is None:
             return None
-        return cls(store)
+        return cls(store, codec.encoding)
 
     def read_into(self, parts: list[ChunkPart], out: np.ndarray) -> list[ChunkPart]:
         """Copy the boxes of ``parts`` into ``out``; returns the parts left to the caller."""
