@@ -6,6 +6,7 @@ credentials, and the filesystems that keep gcsfs's reads."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
 import time
@@ -149,6 +150,25 @@ def test_credentials_authorize_each_request(server, tmp_path):
     server.stats(reset=True)
     assert _store(server).get("k") == b"abc"
     assert not any(k.startswith("Authorization") for k in server.stats())
+
+
+def test_credentials_about_to_run_out_are_refreshed_off_the_event_loop(server, tmp_path):
+    """gcsfs refreshes with a blocking request: on the event loop it would stall every
+    transfer there."""
+    threads: list[str] = []
+
+    class Expiring(Credentials):
+        def refresh(self, request):
+            threads.append(threading.current_thread().name)
+            self.token = "tok-2"
+            self.expiry = datetime.datetime.utcnow() + datetime.timedelta(hours=1)
+
+    _file(tmp_path, "k", b"abc")
+    soon = datetime.datetime.utcnow() + datetime.timedelta(seconds=250)  # (valid, but soon)
+    store = _store(server, token=Expiring("tok-1", expiry=soon))
+    assert store.get("k") == b"abc" and store.get("k") == b"abc"
+    assert len(threads) == 1 and threads[0] != "fsspecIO"
+    assert server.stats()["Authorization Bearer tok-2"] == 2
 
 
 def test_filesystems_with_options_the_client_does_not_follow_keep_gcsfs(server, tmp_path):

@@ -9,6 +9,7 @@ retries or the deadline, then a StoreError that says what was tried.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -295,6 +296,28 @@ def test_whole_values_smaller_than_their_estimates_are_requested_together(tmp_pa
 
         assert read(20_000) >= 5  # (one at a time by the estimates alone)
         assert read(5_000) <= 3  # (true sizes of 2,000 each)
+
+
+def test_values_without_an_estimate_give_their_room_back(tmp_path):
+    """A value streamed without an estimate takes its true size of the window once known,
+    and gives it back when taken: the values after it still start."""
+    for i, size in enumerate([1000, 600, 600]):
+        (tmp_path / f"s{i}").write_bytes(VALUE[:size])
+    with FaultServer(str(tmp_path)) as server:
+        store = _store(server)
+        got: dict[int, bytes] = {}
+
+        def read() -> None:
+            for i, v in store.iter_get_arriving(["s0", "s1", "s2"], window=1000,
+                                                sizes=[None, 600, 600]):
+                if v.done:
+                    got[i] = bytes(v.view())
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout=30)
+        assert not reader.is_alive(), "the read waits for room that never comes back"
+        assert got == {0: VALUE[:1000], 1: VALUE[:600], 2: VALUE[:600]}
 
 
 def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from shardvol import Volume
 from shardvol._ext.morton import compressed_morton_code
-from shardvol.array.engine import _apart
+from shardvol.array.engine import _apart, _fast_axis
 from shardvol.errors import ShardFormatError, StoreError
 from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.fsspec_store import FsspecStore
@@ -235,17 +235,27 @@ def test_a_corrupt_chunk_of_a_shard_read_whole_is_an_error_naming_it(volume):
             vol[...]
 
 
+def test_the_fast_axis_is_the_first_in_memory_order_that_spans_several_chunks():
+    coords = [(x, y, z, 0) for x in range(3) for y in range(2) for z in range(2)]
+    fortran, c_order = np.empty((4, 4, 4, 1), order="F"), np.empty((4, 4, 4, 1))
+    assert _fast_axis(fortran, coords) == 0
+    assert _fast_axis(c_order, coords) == 2  # (not the channel axis: one chunk across)
+    assert _fast_axis(fortran, [(0, y, 0, 0) for y in range(3)]) == 1
+
+
 @pytest.mark.parametrize("fast", [0, 2])
 def test_chunks_go_to_the_decode_threads_apart_from_their_line(fast):
     """A streamed read hands its decode threads chunks in an order where two in a row are
     of different lines along the output's fast axis (such chunks share the output's
-    pages); every chunk is handed on, none held back more than the window allows."""
+    pages); every chunk is handed on, none held back more than the window allows, nor
+    while the threads wait for work."""
     grid = (8, 4, 4)
     coords = [tuple(int(v) for v in c) for c in np.ndindex(*grid)]
     codes = compressed_morton_code(np.array(coords), grid)
     items = [(coords[i], None, str(i)) for i in np.argsort(codes)]  # (a shard's order)
-    out = list(_apart(iter(items), fast, 4))
+    out = list(_apart(iter(items), fast, 4, lambda: False))
     assert sorted(out) == sorted(items)
+    assert list(_apart(iter(items), fast, 4, lambda: True)) == items  # (threads waiting)
 
     def line(c):
         return c[:fast] + c[fast + 1:]

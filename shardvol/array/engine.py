@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import EllipsisType
@@ -314,7 +314,8 @@ class ChunkedArray:
         workers = [submit(decode_all) for _ in range(threads)]
         stored = self.store.iter_stored(list(by_coord))
         try:
-            for item in _apart(stored, _fast_axis(out), 2 * threads):
+            fast = _fast_axis(out, by_coord)
+            for item in _apart(stored, fast, 2 * threads, lambda: work.qsize() < threads):
                 if failed:
                     break
                 work.put(item)
@@ -575,20 +576,28 @@ class ChunkedArray:
         return arr.reshape(tuple(a.count for a in sel))
 
 
-def _fast_axis(out: np.ndarray) -> int:
-    """The axis of ``out`` whose neighbouring elements are next to each other in memory."""
-    return 0 if out.flags.f_contiguous and not out.flags.c_contiguous else out.ndim - 1
+def _fast_axis(out: np.ndarray, coords: Collection[ChunkCoord]) -> int:
+    """The axis of the chunks of ``coords`` whose neighbours share pages of ``out``: the
+    first in ``out``'s memory order (the first axis of a Fortran-ordered array, else the
+    last) along which they span more than one chunk."""
+    ndim = len(next(iter(coords), ()))
+    fortran = out.flags.f_contiguous and not out.flags.c_contiguous
+    for axis in range(ndim) if fortran else reversed(range(ndim)):
+        if len({c[axis] for c in coords}) > 1:
+            return axis
+    return 0
 
 
-def _apart(items: Iterator[ChunkRead], fast: int, hold: int) -> Iterator[ChunkRead]:
+def _apart(items: Iterator[ChunkRead], fast: int, hold: int,
+           starved: Callable[[], bool]) -> Iterator[ChunkRead]:
     """``items`` reordered so that two in a row are rarely of one line of chunks along the
     ``fast`` axis: such chunks write the same pages of the output, and threads decoding
     them at once fault each page in twice (a 1 GiB jpeg read through S3 took 500
-    thousand faults for 262 thousand pages).  At most ``hold`` items wait."""
+    thousand faults for 262 thousand pages).  At most ``hold`` items wait, and none
+    while the decode threads are ``starved()`` (waiting on the network, say)."""
     def line(item: ChunkRead) -> tuple[int, ...]:
         coord = item[0]
-        axis = min(fast, len(coord) - 1)  # (a channel axis is not one of the chunks')
-        return coord[:axis] + coord[axis + 1:]
+        return coord[:fast] + coord[fast + 1:]
 
     held: deque[ChunkRead] = deque()
     last: tuple[int, ...] | None = None
@@ -596,7 +605,7 @@ def _apart(items: Iterator[ChunkRead], fast: int, hold: int) -> Iterator[ChunkRe
         held.append(item)
         while held:
             pick = next((i for i, h in enumerate(held) if line(h) != last), None)
-            if pick is None and len(held) <= hold:
+            if pick is None and len(held) <= hold and not starved():
                 break
             if pick is None:
                 chosen = held.popleft()

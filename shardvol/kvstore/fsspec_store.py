@@ -155,8 +155,8 @@ class FsspecStore(KVStore):
         self.conflict_timeout = lock_timeout
         self._objects: ConditionalObjects | None = None  # for leases
         self._cas: S3ConditionalObjects | None = None  # for set_if, delete_if
-        # the GETs of S3 and HTTP(S) reads, which read the status and Content-Range and
-        # return versions: (url, range, ETag) -> (value, ETag); else fsspec's reads
+        # the GETs of S3, GCS and HTTP(S) reads, which read the status and Content-Range
+        # and return versions: (url, range, version) -> (value, version); else fsspec's
         self._gets: VersionedReads | None = None
         self._versions_field = "ETag"  # (the metadata field of the versions reads give)
         if protocols & S3_PROTOCOLS:
@@ -371,7 +371,8 @@ class FsspecStore(KVStore):
         exception that failed it, the response's version)."""
         path = self._path(key)
         reads = self._gets
-        # the versions are ETags: tokens that this store's own versioned reads returned
+        # the versions are tokens this store's own versioned reads returned (ETags, or
+        # generations on GCS)
         etag = cast("str | None", version)
 
         async def attempt() -> tuple[Any, Any]:
@@ -750,7 +751,7 @@ def _stream(loop: asyncio.AbstractEventLoop,
             yield i, result, final
             if final:
                 finished += 1
-                if sizes[i] and limited:  # (waking the loop costs: only if it may wait)
+                if limited:  # (waking the loop costs: only if it may wait)
                     loop.call_soon_threadsafe(give_back_held, i)
     finally:
         future.cancel()

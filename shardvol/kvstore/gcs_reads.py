@@ -14,7 +14,9 @@ reads through gcsfs as before, without versions.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import datetime
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -23,9 +25,7 @@ from urllib.parse import quote
 from shardvol.errors import StoreError
 from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.http_client import HttpStatusError, client
-from shardvol.kvstore.versioned_reads import Answer, HttpVersionedReads
-
-_MAX_ERROR_BODY = 64 << 10  # bytes of an error answer read for its message
+from shardvol.kvstore.versioned_reads import Answer, HttpVersionedReads, error_body
 
 
 def plain(fs: Any) -> bool:
@@ -62,11 +62,22 @@ class GcsTransport:
                f"{'' if method == 'HEAD' else 'alt=media&'}")
         return url + ("" if version is None else f"ifGenerationMatch={version}")
 
+    async def _authorize(self, headers: dict[str, str]) -> None:
+        """Add the credentials' headers (Authorization); ones that run out within
+        REFRESH_AHEAD seconds are refreshed first, off the event loop (gcsfs refreshes
+        them with a blocking request, which would stall every transfer on the loop)."""
+        gcsfs_credentials = self.fs.credentials
+        credentials = gcsfs_credentials.credentials  # (google-auth's; None: anonymous)
+        if credentials is not None and not _fresh(credentials):
+            await asyncio.get_running_loop().run_in_executor(
+                None, gcsfs_credentials.maybe_refresh)
+        gcsfs_credentials.apply(headers)
+
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
                       stall: float | None, version: str | None) -> AsyncIterator[Answer]:
         headers = dict(headers)
-        self.fs.credentials.apply(headers)  # (Authorization, refreshed when it runs out)
+        await self._authorize(headers)
         url = self.url(method, path, version)
         async with client().request("GET", url, headers, stall) as r:
             if r.status >= 300 and r.status not in (304, 404, 412, 416):
@@ -103,11 +114,28 @@ class _Head:
         raise StoreError(f"{self.url}: a HEAD has no body")
 
 
+#: Credentials that run out sooner are refreshed before a request: gcsfs's own margin
+#: (its LOCAL_REFRESH_BUFFER), so that it finds nothing to refresh on the loop.
+REFRESH_AHEAD = 300.0
+
+
+def _fresh(credentials: Any) -> bool:
+    """Whether google-auth ``credentials`` are valid for REFRESH_AHEAD seconds more."""
+    expiry = getattr(credentials, "expiry", None)
+    if not credentials.valid:
+        return False
+    if expiry is None:
+        return True
+    left = expiry.replace(tzinfo=datetime.timezone.utc) - datetime.datetime.now(
+        datetime.timezone.utc)
+    return left.total_seconds() > REFRESH_AHEAD
+
+
 async def _raise_gcs_error(r: Any, what: str) -> None:
     """Raise the error of a GCS answer, with the message of its JSON body if it has one."""
     message = r.reason
-    if r.length is not None and 0 < r.length <= _MAX_ERROR_BODY:
-        body = bytes(await r.read())
+    body = await error_body(r)
+    if body:
         try:
             error = json.loads(body).get("error", {})
             message = f"{error.get('message', '')}".strip() or message

@@ -31,6 +31,7 @@ from shardvol.kvstore.versioned_reads import (
     Answer,
     HttpVersionedReads,
     ReadResult,
+    error_body,
     etag_condition,
     etag_version,
 )
@@ -40,7 +41,6 @@ from shardvol.kvstore.versioned_reads import (
 #: or the signature (which the first read asks botocore for).
 CONFIG = frozenset({"retries", "max_pool_connections", "read_timeout", "connect_timeout",
                     "s3", "region_name", "signature_version"})
-_MAX_ERROR_BODY = 64 << 10  # bytes of an error answer read for its code and message
 _XML_FIELD = re.compile(rb"<(Code|Message|Region)>([^<]*)</\1>")
 
 
@@ -124,9 +124,7 @@ class S3Transport:
 async def _raise_s3_error(r: Any, what: str, bucket: _Bucket) -> None:
     """Raise what an S3 error answer means; return for an absent key (404 NoSuchKey, or a
     HEAD's 404), which the reads report as missing."""
-    fields: dict[bytes, bytes] = {}
-    if r.length is not None and 0 < r.length <= _MAX_ERROR_BODY:
-        fields = {m[1]: m[2] for m in _XML_FIELD.finditer(bytes(await r.read()))}
+    fields = {m[1]: m[2] for m in _XML_FIELD.finditer(await error_body(r))}
     code = fields.get(b"Code", b"").decode("utf-8", "replace")
     region = r.headers.get("x-amz-bucket-region") or fields.get(b"Region", b"").decode()
     if region and region != bucket.region and r.status in (301, 307, 400):

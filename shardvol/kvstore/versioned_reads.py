@@ -76,14 +76,15 @@ async def entity(body: bytes | memoryview, encoding: str | None, what: str,
 
 
 class VersionedReads(Protocol):
-    """Reads that return each response's version and may require one (S3's, HTTP's)."""
+    """Reads that return each response's version and may require one (S3's, GCS's,
+    HTTP's: ETags, or generations on GCS)."""
 
     async def read_one(
         self, path: str, byte_range: tuple[int, int | None] | None, etag: str | None
     ) -> ReadResult:
         """``(bytes, or the exception: FileNotFoundError if absent, ByteRangeError; the
-        response's ETag or None)`` of one GET of ``path`` (``byte_range`` of it), which
-        must find the object at ``etag`` if given (else the client's 412 error is raised);
+        response's version or None)`` of one GET of ``path`` (``byte_range`` of it), which
+        must find the object at ``etag`` (a version) if given (else a 412 is raised);
         transient failures are raised, for the caller to retry."""
         ...
 
@@ -96,9 +97,10 @@ class VersionedReads(Protocol):
 
 
 class HttpVersionedReads:
-    """Ranged GETs over HTTP(S) that return each response's ETag, sent through a
-    :class:`Transport`, which names each value's URL and signs requests if need be: plain
-    HTTP(S) (:func:`http_reads`) or S3 (:mod:`shardvol.kvstore.s3_reads`)."""
+    """Ranged GETs over HTTP(S) that return each response's version, sent through a
+    :class:`Transport`, which names each value's URL, signs requests if need be and says
+    what a version is: plain HTTP(S) (:func:`http_reads`), S3
+    (:mod:`shardvol.kvstore.s3_reads`) or GCS (:mod:`shardvol.kvstore.gcs_reads`)."""
 
     def __init__(self, transport: Transport, stall: float | None = None) -> None:
         """``stall``: seconds without a byte from the server before an attempt fails."""
@@ -241,6 +243,12 @@ def http_reads(fs: Any, stall: float | None) -> HttpVersionedReads:
     plain = (not getattr(fs, "client_kwargs", None) and set(fs.kwargs) <= {"headers"}
              and getattr(fs, "get_client", get_client) is get_client)
     return HttpVersionedReads(_Direct(fs) if plain else _Aiohttp(fs), stall)
+
+
+async def error_body(r: Any, limit: int = 64 << 10) -> bytes:
+    """The body of an error answer, if it says its length and that is at most ``limit``
+    bytes (for the code and message in it); else nothing."""
+    return bytes(await r.read()) if r.length is not None and 0 < r.length <= limit else b""
 
 
 def etag_condition(headers: dict[str, str], version: str | None) -> dict[str, str]:
