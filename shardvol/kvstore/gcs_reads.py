@@ -6,8 +6,9 @@ into their buffers, whole values streamed as they arrive, and versioned reads.
 A value's version is its generation (``x-goog-generation``); a read that must find one
 asks with ``ifGenerationMatch`` (412 if the object was replaced).  gcsfs still decides
 where the objects are (its endpoint: ``endpoint_url``, ``STORAGE_EMULATOR_HOST``) and
-authorizes each request: its credentials' headers are applied to it (refreshed as gcsfs
-refreshes them; none for ``token="anon"``).  A filesystem set up with what this path does
+authorizes each request: its credentials' headers are applied to it (none for
+``token="anon"``), after a refresh off the event loop when they are about to run out.
+A filesystem set up with what this path does
 not follow (requester pays, version-aware paths, session options, client certificates)
 reads through gcsfs as before, without versions.
 """
@@ -138,7 +139,7 @@ async def _raise_gcs_error(r: Any, what: str) -> None:
     if body:
         try:
             error = json.loads(body).get("error", {})
-            message = f"{error.get('message', '')}".strip() or message
+            message = str(error.get("message", "")).strip() or message
         except (ValueError, AttributeError):  # (not JSON: the text, if it is short)
             text = body.decode("utf-8", "replace").strip()
             message = text if 0 < len(text) <= 200 else message
