@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -177,3 +179,24 @@ def test_filesystems_with_options_the_client_does_not_follow_keep_gcsfs(server, 
         store = _store(server, **options)
         assert store._gets is None
         assert store.get("k") == b"abc"
+
+
+def test_stores_ask_no_bucket_layout_with_gcsfs_experimental_class_on(server, tmp_path):
+    """gcsfs's default class (its experimental one) asks a gRPC API for each bucket's
+    layout before its operations and logs a warning where it cannot (no application
+    default credentials, anonymous reads of public data); a store's operations take the
+    core class's JSON API, quietly, whatever that switch says."""
+    _file(tmp_path, "v/info", b"{}")
+    _file(tmp_path, "v/a/b", b"xyz")
+    script = (
+        "import sys\n"
+        "from shardvol.kvstore.fsspec_store import FsspecStore\n"
+        "s = FsspecStore('gs://bk/v', token='anon', endpoint_url=sys.argv[1])\n"
+        "print(s.exists('info'), s.size('a/b'), s.get('a/b'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"}
+    done = subprocess.run([sys.executable, "-c", script, server.url], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "True 3 b'xyz'"
+    assert done.stderr == ""

@@ -8,6 +8,14 @@ store's policy (backoff from 50 ms, Retry-After, its attempts and deadline) appl
 It is a class of its own, so fsspec caches its instances apart from gcsfs's: other users of
 gcsfs in the process keep gcsfs's retries.
 
+The class is gcsfs's core one, whatever ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` says
+(``gcsfs.GCSFileSystem`` is its experimental subclass unless that is "false"): the
+subclass asks GCS's storage-control API (gRPC) for each bucket's layout before its
+operations, and where that cannot be asked (anonymous access to public data, no
+application default credentials) it logs a warning and asks again at the next operation.
+shardvol's reads speak the JSON API (see :mod:`shardvol.kvstore.gcs_reads`), as the core
+class does.
+
 gcsfs is an optional dependency: this module is imported for ``gs://`` URLs only (an
 ImportError without gcsfs).
 """
@@ -16,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcsfs import GCSFileSystem
+from gcsfs.core import GCSFileSystem
 
 
 class OneAttemptGCSFileSystem(GCSFileSystem):
