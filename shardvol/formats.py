@@ -8,7 +8,8 @@ from typing import Any, overload
 from shardvol.errors import InfoError, InvalidArgumentError
 from shardvol.jsondoc import load_json
 from shardvol.kvstore import KVStore, open_store
-from shardvol.precomputed.info_file import INFO_KEY
+from shardvol.kvstore.job_record import JOB_KEY
+from shardvol.precomputed.info_file import INFO_KEY, follow
 from shardvol.precomputed.volume import URL_PREFIX, Volume
 from shardvol.zarr3 import ZARR_JSON, ZarrArray
 from shardvol.zarr3 import open as open_zarr
@@ -37,13 +38,13 @@ def detect_format(url_or_store: str | KVStore) -> str | None:
     ``zarr.json`` of a group with ``ome`` attributes), "zarr3" (any other ``zarr.json``)
     or None if none is there."""
     fmt, rest = split_format(url_or_store)
-    kv = open_store(rest)
-    if fmt in (None, "precomputed") and kv.exists(INFO_KEY):
+    keys = {None: [INFO_KEY, ZARR_JSON], "precomputed": [INFO_KEY], "zarr3": [ZARR_JSON]}[fmt]
+    found = dict(zip(keys, open_store(rest).get_many(keys), strict=True))  # (one round trip)
+    if found.get(INFO_KEY) is not None:
         return "precomputed"
-    if fmt in (None, "zarr3"):
-        doc = kv.get(ZARR_JSON)
-        if doc is not None:
-            return "ome-zarr" if is_ome_group(_parse(doc)) else "zarr3"
+    doc = found.get(ZARR_JSON)
+    if doc is not None:
+        return "ome-zarr" if is_ome_group(_parse(doc)) else "zarr3"
     return None
 
 
@@ -61,17 +62,21 @@ def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray | Ome
     """
     fmt, rest = split_format(url_or_store)
     kv = open_store(rest)
-    if fmt in (None, "precomputed") and kv.exists(INFO_KEY):
-        return Volume(kv, **kwargs)
-    if fmt in (None, "zarr3"):
+    doc = None
+    if fmt in (None, "precomputed"):  # (what Volume reads, and zarr.json, in one round trip)
+        followed = follow(kv, (JOB_KEY, ZARR_JSON) if fmt is None else (JOB_KEY,))
+        if followed.values[0] is not None or followed.moved:
+            return Volume(followed, **kwargs)
+        doc = followed.values[2] if fmt is None else None
+    elif fmt == "zarr3":
         doc = kv.get(ZARR_JSON)
-        if doc is not None:
-            source = f"{kv.url}/{ZARR_JSON}"
-            parsed = _parse(doc, source)
-            if is_ome_group(parsed):
-                return OmeZarrImage(kv, **kwargs)
-            _check_zarr_array(parsed, source)
-            return open_zarr(kv, **kwargs)
+    if doc is not None:
+        source = f"{kv.url}/{ZARR_JSON}"
+        parsed = _parse(doc, source)
+        if is_ome_group(parsed):
+            return OmeZarrImage(kv, **kwargs)
+        _check_zarr_array(parsed, source)
+        return open_zarr(kv, **kwargs)
     wanted = {
         None: f"a precomputed '{INFO_KEY}' file or a Zarr v3 '{ZARR_JSON}'",
         "precomputed": f"a precomputed '{INFO_KEY}' file",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,8 @@ from shardvol import Volume, ZarrArray
 from shardvol.errors import InfoError, ReadOnlyStoreError
 from shardvol.kvstore import FileStore
 
-from .oracles import data_path, ts_read
+from .fault_server import FaultServer
+from .oracles import data_path, ts_create, ts_read
 from .zarr3_util import ts_read as ts_read_zarr
 
 GOLDEN_ZARR = data_path(
@@ -55,3 +58,29 @@ def test_neither_names_what_was_looked_for(tmp_path):
     store.set("zarr.json", b"{not json")
     with pytest.raises(InfoError, match="not valid JSON"):
         shardvol.open(store.root)
+
+
+def test_a_remote_open_reads_the_info_in_one_round_trip(tmp_path):
+    """Over HTTP: the info file, the job record and zarr.json are asked for together, and
+    no HEAD; a redirect is followed, a Zarr array found from the same answers."""
+    data = np.random.default_rng(5).integers(0, 255, (40, 30, 20, 1), dtype=np.uint8)
+    t = ts_create(str(tmp_path / "v"), data_type="uint8", num_channels=1, size=[40, 30, 20],
+                  chunk_size=[16, 16, 8], encoding="raw")
+    t[...] = data
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "moved" / "info").write_text('{"redirect": "%s"}' % "URL/v")
+    shutil.copytree(GOLDEN_ZARR, tmp_path / "z")
+    with FaultServer(str(tmp_path)) as server:
+        info = (tmp_path / "moved" / "info").read_text().replace("URL", server.url)
+        (tmp_path / "moved" / "info").write_text(info)
+        server.stats(reset=True)
+        vol = shardvol.open(f"{server.url}/v")
+        stats = server.stats()
+        assert isinstance(vol, Volume) and stats["requests"] == stats["GET"] == 3
+        assert np.array_equal(vol[...], data)
+        moved = shardvol.open(f"{server.url}/moved")
+        assert isinstance(moved, Volume) and moved.url == f"{server.url}/v"
+        server.stats(reset=True)
+        arr = shardvol.open(f"{server.url}/z")
+        assert isinstance(arr, ZarrArray) and server.stats()["HEAD"] == 0
+        assert np.array_equal(arr[...], ts_read_zarr(GOLDEN_ZARR))

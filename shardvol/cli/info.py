@@ -55,7 +55,7 @@ def describe(url: str, count: bool = True) -> dict[str, Any]:
     if info is not None and _is_annotations(info, kv.url):
         return _describe_annotations(kv, count)
     if info is not None:
-        target, _ = follow(kv)  # (an info file that redirects stands for another volume)
+        target = follow(kv).kv  # (an info file that redirects stands for another volume)
         desc = _with_job(target, _describe_precomputed(target, count))
         if target.url != kv.url:
             desc["redirected_from"] = kv.url

@@ -8,7 +8,7 @@ times, and a chain that comes back to a volume it passed is an InfoError naming 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from shardvol.errors import InfoError
 from shardvol.jsondoc import load_json
@@ -36,7 +36,16 @@ def parse_info(kv: KVStore, raw: bytes | memoryview | None) -> VolumeInfo:
     return VolumeInfo.from_dict(doc)
 
 
-def follow(kv: KVStore, also: tuple[str, ...] = ()) -> tuple[KVStore, list[Any]]:
+class Followed(NamedTuple):
+    """Where :func:`follow` ended: the store, and the values read there (the info file's
+    first); ``moved``: whether a redirect was followed."""
+
+    kv: KVStore
+    values: list[Any]
+    moved: bool
+
+
+def follow(kv: KVStore, also: tuple[str, ...] = ()) -> Followed:
     """The store of the volume ``kv`` stands for (itself, or where its ``redirect`` chain
     ends) and the values of its ``info`` and of the keys ``also`` there (read together,
     in one round trip per hop)."""
@@ -46,7 +55,7 @@ def follow(kv: KVStore, also: tuple[str, ...] = ()) -> tuple[KVStore, list[Any]]
         raw = values[0]
         target = _redirect(kv, raw)
         if target is None:
-            return kv, values
+            return Followed(kv, values, len(seen) > 1)
         kv = open_store(target)
         if kv.url in seen:
             raise InfoError(f"info redirects loop: {' -> '.join([*seen, kv.url])}")

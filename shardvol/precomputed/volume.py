@@ -44,7 +44,14 @@ from shardvol.kvstore.job_record import (
 )
 from shardvol.precomputed.codecs import CODECS, ChunkEncoding, get_codec
 from shardvol.precomputed.info import DATA_TYPES, ScaleInfo, VolumeInfo, resolution_key
-from shardvol.precomputed.info_file import INFO_KEY, follow, parse_info, read_info, write_info
+from shardvol.precomputed.info_file import (
+    INFO_KEY,
+    Followed,
+    follow,
+    parse_info,
+    read_info,
+    write_info,
+)
 from shardvol.precomputed.meshes import Meshes
 from shardvol.precomputed.objects import link_object, new_object_store, object_store
 from shardvol.precomputed.provenance import read_provenance, write_provenance
@@ -96,7 +103,7 @@ class Volume(AsyncMethods):
 
     def __init__(
         self,
-        url: str | KVStore,
+        url: str | KVStore | Followed,
         mip: int | str | Sequence[float] = 0,
         *,
         fill_value: Any = 0,
@@ -107,8 +114,11 @@ class Volume(AsyncMethods):
         compress_level: int | None = None,
         cache_bytes: int | str | None = None,
     ) -> None:
-        # (a redirect is followed; the record of an unfinished job comes with the info)
-        self._kv, (raw_info, raw_job) = follow(open_store(_without_prefix(url)), (JOB_KEY,))
+        # (a redirect is followed; the record of an unfinished job comes with the info;
+        # shardvol.open gives what it read so)
+        if not isinstance(url, Followed):
+            url = follow(open_store(_without_prefix(url)), (JOB_KEY,))
+        self._kv, (raw_info, raw_job, *_) = url.kv, url.values
         self._options = _checked_options(
             self._kv, fill_value=fill_value, fill_missing=fill_missing, bounded=bounded,
             parallel=parallel, jpeg_quality=jpeg_quality, compress_level=compress_level,
