@@ -6,6 +6,8 @@ import multiprocessing
 import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -600,6 +602,38 @@ def test_a_filesystems_headers_go_with_every_read(tmp_path, transport):
         assert [(h.get("X-Token"), h.get("Accept-Encoding")) for h in server.heads] == [
             ("t1", "identity"), ("t1", "identity")]
         assert "Range" in server.heads[1]
+    finally:
+        server.close()
+
+
+def test_plain_http_reads_need_no_filesystem_and_quote_keys_as_fsspec_does(tmp_path):
+    """An HTTP(S) store without options the client does not follow reads without making
+    fsspec's filesystem (which imports aiohttp, a fresh process's largest import); keys
+    are quoted as that filesystem quotes them; what needs the filesystem makes it."""
+    keys = ["plain", "with space", "per%25cent", "ünï/cødé", "a+b=c;d"]
+    for key in keys:
+        path = tmp_path / "v" / key.replace("%25", "%")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(key.encode() * 3)
+    server = StaticServer(str(tmp_path))
+    try:
+        url = f"{server.url}/v"
+        quoted = FsspecStore(url, client_kwargs={})  # (an option: fsspec's filesystem)
+        store = FsspecStore(url, headers={"X-Token": "t"}, block_size=1 << 20)
+        for key in keys:
+            assert store.get(key) == quoted.get(key) is not None, key
+        assert store.get("absent") is None and store._fs is None
+        assert store.size("plain") == 15 and store._fs is not None
+        script = ("import sys, shardvol\n"
+                  "vol = shardvol.open(sys.argv[1])\n"
+                  "print(vol[...].sum(), sorted(m for m in sys.modules if 'aiohttp' in m))\n")
+        data = np.random.default_rng(2).integers(0, 255, (20, 10, 5, 1), dtype=np.uint8)
+        vol = shardvol.Volume.create(str(tmp_path / "vol"), size=data.shape[:3], data_type="uint8",
+                                     chunk_size=[8, 8, 8])
+        vol[...] = data
+        done = subprocess.run([sys.executable, "-c", script, f"{server.url}/vol"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.stdout.split() == [str(int(data.sum())), "[]"], done.stderr
     finally:
         server.close()
 

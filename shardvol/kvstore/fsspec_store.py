@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any, TypeVar, cast
 
 import fsspec
+import fsspec.asyn
 
 from shardvol.errors import (
     ByteRangeError,
@@ -59,7 +60,12 @@ from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 from shardvol.kvstore.s3_multipart import check_part_size, upload
 from shardvol.kvstore.s3_reads import S3Reads
 from shardvol.kvstore.s3_reads import plain as s3_plain
-from shardvol.kvstore.versioned_reads import VersionedReads, http_reads, strong_etag
+from shardvol.kvstore.versioned_reads import (
+    VersionedReads,
+    http_plain,
+    http_reads,
+    strong_etag,
+)
 
 T = TypeVar("T")
 READ_ONLY_PROTOCOLS = {"http", "https"}
@@ -130,24 +136,15 @@ class FsspecStore(KVStore):
         policy = RetryPolicy(retries, timeout, stall=stall)
         self.part_size, self.multipart_threshold = check_part_size(part_size, multipart_threshold)
         self.requests = Requests(policy, io_concurrency)
-        try:
-            if url_scheme(url) in GCS_PROTOCOLS:  # (gcsfs, its requests tried once)
-                from shardvol.kvstore.gcs_filesystem import filesystem
-
-                self.fs, root = filesystem(url, **storage_options)
-            elif url_scheme(url) in S3_PROTOCOLS:  # (s3fs, its requests tried once)
-                from shardvol.kvstore.s3_filesystem import filesystem as s3_filesystem
-
-                self.fs, root = s3_filesystem(
-                    url, policy, max(io_concurrency or 0, io_concurrency_limit()),
-                    **storage_options)
-            else:
-                self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
-        except ImportError as e:  # gcsfs, s3fs, ... not installed
-            raise UnsupportedSchemeError(f"{url}: {e}") from e
-        protocols = (
-            {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
-        )
+        self._fs_of = partial(_filesystem, url, policy, io_concurrency, storage_options)
+        self._fs: Any = None  # (made at first use: see fs)
+        scheme = url_scheme(url)
+        if scheme in READ_ONLY_PROTOCOLS and http_plain(storage_options):
+            protocols, root = {scheme}, url  # (fsspec's HTTP paths are the URLs)
+        else:
+            self._fs, root = self._fs_of()
+            protocols = ({self._fs.protocol} if isinstance(self._fs.protocol, str)
+                         else set(self._fs.protocol))
         self.read_only = bool(protocols & READ_ONLY_PROTOCOLS)
         self.root = root.rstrip("/")
         self.url = url.rstrip("/")
@@ -171,23 +168,39 @@ class FsspecStore(KVStore):
             self._gets = gcs_reads(self.fs, policy.stall)
             self._versions_field = "generation"
         elif self.read_only:
-            self._gets = http_reads(self.fs, policy.stall)
+            try:
+                self._gets = http_reads(storage_options, lambda: self.fs, policy.stall)
+            except ImportError as e:  # (yarl, of the http extra)
+                raise UnsupportedSchemeError(f"{url}: {e}") from e
         # reads that return versions and may require one
         self._reads = self._gets if versioned_reads else None
         self.locks_across_processes = self._objects is not None
         self.conditional_writes = self._cas is not None
         self._leases: dict[str, Lease] = {}
         self.check_versions = check_versions
-        self._async = bool(getattr(self.fs, "async_impl", False))
+        self._async = bool(getattr(self._fs, "async_impl", True))
         # GETs in flight, by (path, range, ETag): an identical GET waits for the same answer
         # (concurrent reads of one shard ask for its index once); touched on the I/O loop only
         self._in_flight: dict[_Flight, _Shared] = {}
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem, made at first use (plain reads of HTTP(S) need none: the
+        filesystem would import aiohttp, a fresh process's largest import)."""
+        if self._fs is None:
+            self._fs = self._fs_of()[0]
+        return self._fs
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The I/O loop: the filesystem's (fsspec's, unless it was given another)."""
+        return fsspec.asyn.get_loop() if self._fs is None else self._fs.loop
 
     def _run(self, what: str, coro: Callable[[], Awaitable[T]], call: Callable[[], T]) -> T:
         """One request, retried: ``coro()`` on the I/O loop for asynchronous filesystems,
         else ``call()`` in this thread."""
         if self._async:
-            return run_on(self.fs.loop, self.requests.one(coro, what))
+            return run_on(self._loop, self.requests.one(coro, what))
         return retry_sync(call, self.requests.policy, what)
 
     def _path(self, key: str) -> str:
@@ -295,7 +308,7 @@ class FsspecStore(KVStore):
         keys = [check_key(k) for k in keys]
         values: list[Arriving | None] = [None] * len(keys)  # (set by each op as it starts)
         ops = [self._arrive_one(k, partial(values.__setitem__, i)) for i, k in enumerate(keys)]
-        events = _stream(self.fs.loop, ops, list(sizes or [None] * len(keys)), window)
+        events = _stream(self._loop, ops, list(sizes or [None] * len(keys)), window)
         del ops  # (a value's bytes are kept only until the caller has taken it whole)
         for i, failed, final in events:
             if final and failed is not None:
@@ -341,7 +354,7 @@ class FsspecStore(KVStore):
         ops = [_ignoring_arrivals(self._fetch_one(k, r, versions.get(k))) for k, r in reqs]
         estimates = [_size_of(r) if s is None else s
                      for (_, r), s in zip(reqs, sizes or [None] * len(reqs))]
-        for i, got, _ in _stream(self.fs.loop, ops, estimates, window):
+        for i, got, _ in _stream(self._loop, ops, estimates, window):
             res, version = cast("tuple[Any, Hashable | None]", got)
             yield i, self._finish(reqs[i][0], reqs[i][1], res), version
 
@@ -353,7 +366,7 @@ class FsspecStore(KVStore):
             return []
         if self._async:
             ops = [self._fetch_one(k, r, versions.get(k)) for k, r in reqs]
-            return run_on(self.fs.loop, _gather(ops))
+            return run_on(self._loop, _gather(ops))
         out: list[tuple[Any, Hashable | None]] = []
         for k, r in reqs:
             path = self._path(k)
@@ -504,7 +517,7 @@ class FsspecStore(KVStore):
 
     def _upload(self, path: str, data: bytes, if_none_match: bool = False) -> str | None:
         try:
-            return run_on(self.fs.loop, upload(self.fs, self.requests, path, data,
+            return run_on(self._loop, upload(self.fs, self.requests, path, data,
                                                self.part_size, if_none_match))
         except StoreError:
             raise
@@ -639,6 +652,25 @@ class FsspecStore(KVStore):
             data = self.get(key)
             return None if data is None else len(data)
         return int(size)
+
+
+def _filesystem(url: str, policy: RetryPolicy, io_concurrency: int | None,
+                storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """The fsspec filesystem of a store's URL, and the URL's path in it."""
+    try:
+        if url_scheme(url) in GCS_PROTOCOLS:  # (gcsfs, its requests tried once)
+            from shardvol.kvstore.gcs_filesystem import filesystem
+
+            return filesystem(url, **storage_options)
+        if url_scheme(url) in S3_PROTOCOLS:  # (s3fs, its requests tried once)
+            from shardvol.kvstore.s3_filesystem import filesystem as s3_filesystem
+
+            return s3_filesystem(url, policy, max(io_concurrency or 0, io_concurrency_limit()),
+                                 **storage_options)
+        fs, root = fsspec.core.url_to_fs(url, **storage_options)
+        return fs, root
+    except ImportError as e:  # gcsfs, s3fs, aiohttp ... not installed
+        raise UnsupportedSchemeError(f"{url}: {e}") from e
 
 
 def _what(url: str, key: str, byte_range: ByteRange | None) -> str:

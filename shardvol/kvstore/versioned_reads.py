@@ -21,14 +21,15 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shardvol.compression import FILE_SUFFIXES, content_coding, decompress
 from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.arriving import Arriving, fill
 from shardvol.kvstore.http_client import HttpStatusError, client
+
+if TYPE_CHECKING:
+    import aiohttp
 
 #: What a content-encoded value may decode to at most (a "bomb" beyond is an error).
 MAX_DECODED = 1 << 30
@@ -232,17 +233,31 @@ class Transport(Protocol):
         ...
 
 
-def http_reads(fs: Any, stall: float | None) -> HttpVersionedReads:
-    """The versioned reads of an fsspec HTTP(S) filesystem: through shardvol's client
-    (:mod:`shardvol.kvstore.http_client`: bodies received straight into their buffers), or
-    through fsspec's aiohttp session for a filesystem configured with what that client does
-    not speak (``client_kwargs``, request options other than ``headers``, its own
-    ``get_client``)."""
-    from fsspec.implementations.http import get_client
+#: fsspec HTTPFileSystem options that change neither requests nor answers
+_NEUTRAL = frozenset({"simple_links", "block_size", "same_scheme", "size_policy", "cache_type",
+                      "cache_options", "skip_instance_cache", "use_listings_cache",
+                      "listings_expiry_time", "max_paths"})
 
-    plain = (not getattr(fs, "client_kwargs", None) and set(fs.kwargs) <= {"headers"}
-             and getattr(fs, "get_client", get_client) is get_client)
-    return HttpVersionedReads(_Direct(fs) if plain else _Aiohttp(fs), stall)
+
+def http_plain(options: Mapping[str, Any]) -> bool:
+    """Whether reads of an fsspec HTTP(S) filesystem with these options can go through
+    shardvol's client, which follows ``headers`` and ``encoded`` (not ``client_kwargs``,
+    ``get_client``, a loop, or other request options)."""
+    return set(options) <= _NEUTRAL | {"headers", "encoded"}
+
+
+def http_reads(options: Mapping[str, Any], fs: Callable[[], Any],
+               stall: float | None) -> HttpVersionedReads:
+    """The versioned reads of an fsspec HTTP(S) filesystem with ``options``: through
+    shardvol's client (:mod:`shardvol.kvstore.http_client`: bodies received straight into
+    their buffers) if :func:`http_plain`, else through the aiohttp session of the
+    filesystem ``fs()`` gives."""
+    if http_plain(options):
+        transport: Transport = _Direct(options.get("headers") or {},
+                                       bool(options.get("encoded", False)))
+    else:
+        transport = _Aiohttp(fs())
+    return HttpVersionedReads(transport, stall)
 
 
 async def error_body(r: Any, limit: int = 64 << 10) -> bytes:
@@ -262,9 +277,32 @@ def etag_version(headers: Mapping[str, str]) -> str | None:
     return strong_etag(headers.get("etag"))
 
 
-class _HttpFilesystem:
-    """The requests of an fsspec HTTP(S) filesystem: its ``headers`` option, its URLs;
-    versions are strong ETags."""
+class _Direct:
+    """shardvol's client (bodies straight into their buffers), for an HTTP(S) filesystem's
+    ``headers`` and URLs quoted as it quotes them (``encoded``: as they are); versions are
+    strong ETags."""
+
+    version = staticmethod(etag_version)
+
+    def __init__(self, headers: Mapping[str, str], encoded: bool) -> None:
+        import yarl  # (quoting as fsspec's HTTPFileSystem.encode_url; ImportError without)
+
+        self._headers, self._encoded, self._url = dict(headers), encoded, yarl.URL
+
+    def headers(self) -> dict[str, str]:
+        return dict(self._headers)
+
+    def url(self, path: str) -> str:
+        return str(self._url(path, encoded=self._encoded))
+
+    def request(self, method: str, path: str, headers: dict[str, str], stall: float | None,
+                version: str | None) -> AbstractAsyncContextManager[Answer]:
+        return client().request(method, self.url(path), etag_condition(headers, version),
+                                stall)
+
+
+class _Aiohttp:
+    """fsspec's aiohttp session (for options shardvol's client does not speak)."""
 
     version = staticmethod(etag_version)
 
@@ -274,31 +312,17 @@ class _HttpFilesystem:
     def headers(self) -> dict[str, str]:
         return dict(self.fs.kwargs.get("headers") or {})
 
-    def url(self, path: str) -> str:
-        return str(self.fs.encode_url(path))
-
-
-class _Direct(_HttpFilesystem):
-    """shardvol's client: bodies straight into their buffers."""
-
-    def request(self, method: str, path: str, headers: dict[str, str], stall: float | None,
-                version: str | None) -> AbstractAsyncContextManager[Answer]:
-        return client().request(method, self.url(path), etag_condition(headers, version),
-                                stall)
-
-
-class _Aiohttp(_HttpFilesystem):
-    """fsspec's aiohttp session (for options shardvol's client does not speak)."""
-
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
                       stall: float | None, version: str | None) -> AsyncIterator[Answer]:
+        import aiohttp
+
         session = await self.fs.set_session()
         headers = etag_condition(headers, version)
         kwargs = {k: v for k, v in self.fs.kwargs.items() if k != "headers"}
         kwargs.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=stall,
                                                            sock_read=stall))
-        url = self.url(path)
+        url = str(self.fs.encode_url(path))
         async with session.request(method, url, headers=headers, auto_decompress=False,
                                    **kwargs) as r:
             yield _AiohttpAnswer(r, url)
