@@ -86,7 +86,7 @@ def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray | Ome
     raise InfoError(f"nothing to open at {kv.url}: looked for {wanted}{hint}")
 
 
-def _parse(doc: bytes, source: str | None = None) -> Any:
+def _parse(doc: bytes | memoryview, source: str | None = None) -> Any:
     """A ``zarr.json`` parsed (None if it is not JSON and no ``source`` is given to name)."""
     try:
         return load_json(doc, source or ZARR_JSON)
