@@ -7,7 +7,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import os
+import pickle
 import socket
+import subprocess
+import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -22,7 +26,7 @@ from botocore.credentials import Credentials as BotoCredentials
 from shardvol import Volume
 from shardvol.errors import StoreError
 from shardvol.kvstore.fsspec_store import FsspecStore
-from shardvol.kvstore.s3_reads import S3Reads, _Bucket
+from shardvol.kvstore.s3_reads import S3Reads, _Bucket, botocore_client
 from shardvol.kvstore.sigv4 import Credentials, signed_headers
 
 from .s3_server import new_bucket, public_http_url
@@ -210,3 +214,64 @@ def test_stores_share_botocores_parsed_models(s3):
     assert a.fs is not b.fs and a.fs.session is not b.fs.session
     assert a.fs.session.get_component("data_loader") is b.fs.session.get_component(
         "data_loader")
+
+
+def test_a_store_that_only_reads_makes_no_s3fs_filesystem(s3):
+    """Reads take botocore's own client for the bucket's URL and credentials: a process
+    that opens a volume and reads it imports neither s3fs, aiobotocore nor aiohttp (a fresh
+    process's largest imports); a write makes s3fs's filesystem then, and a store pickled
+    before its first read reads where it is unpickled."""
+    bucket = new_bucket()
+    data = np.random.default_rng(4).integers(0, 255, (30, 20, 10, 1), dtype=np.uint8)
+    Volume.create(f"{bucket}/v", size=data.shape[:3], data_type="uint8",
+                  chunk_size=[16, 16, 8])[...] = data
+    script = ("import sys, shardvol\n"
+              "vol = shardvol.open(sys.argv[1])\n"
+              "print(vol[...].sum(), sorted({m.split('.')[0] for m in sys.modules\n"
+              "      if m.split('.')[0] in ('s3fs', 'aiobotocore', 'aiohttp')}))\n")
+    done = subprocess.run([sys.executable, "-c", script, f"{bucket}/v"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.split() == [str(int(data.sum())), "[]"], done.stderr
+    store = FsspecStore(f"{bucket}/v", skip_instance_cache=True)
+    again = pickle.loads(pickle.dumps(store))
+    assert np.array_equal(Volume(again)[...], data) and again._fs is None
+    store.set("k", b"v")
+    assert store._fs is not None and again.get("k") == b"v"
+
+
+def test_no_credentials_anywhere_is_an_error_that_says_so(s3, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ENDPOINT_URL=s3, AWS_EC2_METADATA_DISABLED="true",
+               AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    script = ("from shardvol.kvstore.fsspec_store import FsspecStore\n"
+              "FsspecStore('s3://some-bucket/v', retries=0).get('info')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 1
+    assert "no AWS credentials found" in done.stderr and "anon=True" in done.stderr
+
+
+def test_credentials_about_to_run_out_are_refreshed_off_the_event_loop(s3):
+    """botocore refreshes temporary credentials with blocking requests (STS, the instance's
+    metadata): on the event loop that would stall every transfer there."""
+    from botocore.credentials import RefreshableCredentials
+
+    bucket = new_bucket()
+    FsspecStore(bucket, skip_instance_cache=True).set("k", b"value")
+    threads: list[str] = []
+
+    def refresh() -> dict[str, str]:
+        threads.append(threading.current_thread().name)
+        later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+        return {"access_key": "AK2", "secret_key": "s2", "token": "t2",
+                "expiry_time": later.isoformat()}
+
+    store = FsspecStore(bucket, skip_instance_cache=True)
+    transport = store._gets.direct.transport
+    transport._client = botocore_client(transport.options)
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=300)
+    transport._client._request_signer._credentials = RefreshableCredentials(
+        "AK1", "s1", "t1", soon, refresh, "test")
+    assert store.get("k") == b"value" and store.get("k", (1, 3)) == b"al"
+    assert len(threads) == 1 and threads[0] != "fsspecIO"

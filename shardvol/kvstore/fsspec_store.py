@@ -141,6 +141,8 @@ class FsspecStore(KVStore):
         scheme = url_scheme(url)
         if scheme in READ_ONLY_PROTOCOLS and http_plain(storage_options):
             protocols, root = {scheme}, url  # (fsspec's HTTP paths are the URLs)
+        elif scheme in S3_PROTOCOLS and s3_plain(storage_options):
+            protocols, root = {scheme}, url.split("://", 1)[1]  # (as s3fs's paths)
         else:
             self._fs, root = self._fs_of()
             protocols = ({self._fs.protocol} if isinstance(self._fs.protocol, str)
@@ -157,13 +159,15 @@ class FsspecStore(KVStore):
         self._gets: VersionedReads | None = None
         self._versions_field = "ETag"  # (the metadata field of the versions reads give)
         if protocols & S3_PROTOCOLS:
+            fs = partial(getattr, self, "fs")
             # lease requests outside the process's budget: a renewal must not wait behind
             # bulk reads (its holder would lose the lease)
-            s3 = S3ConditionalObjects(self.fs, Requests(policy, process_budget=False))
+            s3 = S3ConditionalObjects(fs, Requests(policy, process_budget=False))
             self._objects = s3
-            self._gets = S3Reads(self.fs, s3, policy.stall) if s3_plain(self.fs) else s3
+            self._gets = (S3Reads(storage_options, s3, policy.stall)
+                          if s3_plain(storage_options) else s3)
             if versioned_reads:  # (the versions that set_if compares are the reads' ETags)
-                self._cas = S3ConditionalObjects(self.fs, self.requests)
+                self._cas = S3ConditionalObjects(fs, self.requests)
         elif protocols & GCS_PROTOCOLS and gcs_plain(self.fs):
             self._gets = gcs_reads(self.fs, policy.stall)
             self._versions_field = "generation"
@@ -185,8 +189,9 @@ class FsspecStore(KVStore):
 
     @property
     def fs(self) -> Any:
-        """The fsspec filesystem, made at first use (plain reads of HTTP(S) need none: the
-        filesystem would import aiohttp, a fresh process's largest import)."""
+        """The fsspec filesystem, made at first use (plain reads of HTTP(S) and S3 need
+        none: s3fs and fsspec's HTTP filesystem import aiohttp, s3fs aiobotocore too, a
+        fresh process's largest imports)."""
         if self._fs is None:
             self._fs = self._fs_of()[0]
         return self._fs

@@ -47,9 +47,14 @@ class S3ConditionalObjects:
     the object gone is done.
     """
 
-    def __init__(self, fs: Any, runner: Requests) -> None:
-        self.fs = fs
+    def __init__(self, fs: Callable[[], Any], runner: Requests) -> None:
+        """``fs()``: the filesystem (a store makes it at first use)."""
+        self._fs = fs
         self.runner = runner
+
+    @property
+    def fs(self) -> Any:
+        return self._fs()
 
     def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> _Outcome:
         """The client call (with the object's body read, for get_object)."""

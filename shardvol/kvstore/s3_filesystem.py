@@ -4,9 +4,9 @@
   (its policy: backoff, Retry-After, attempts, deadline; see :mod:`shardvol.kvstore.retry`).
 - botocore keeps as many connections as the store may have requests in flight.
 - The models botocore reads for every new session (the S3 API, its endpoint rules: some
-  200 ms of JSON parsing) are parsed once per process: each filesystem's session reads them
-  through one loader per data path, so opening another S3 store costs no more than its
-  client.
+  200 ms of JSON parsing) are parsed once per process: each filesystem's session (and the
+  botocore session of shardvol's S3 reads, see s3_reads) reads them through one loader per
+  data path, so opening another S3 store costs no more than its client.
 """
 
 from __future__ import annotations
@@ -34,11 +34,17 @@ def filesystem(url: str, policy: RetryPolicy, connections: int,
     fs.retries = 1  # (s3fs's own retry loop of its calls)
     if fs.session is None:  # (as s3fs would make it, with the process's loader)
         from aiobotocore.session import AioSession
-        from botocore.loaders import create_loader
 
-        session = AioSession(**fs.kwargs)
-        path = session.get_config_variable("data_path")
-        loader = _LOADERS.get(path) or _LOADERS.setdefault(path, create_loader(path))
-        session.register_component("data_loader", loader)
-        fs.session = session
+        fs.session = share_models(AioSession(**fs.kwargs))
     return fs, root
+
+
+def share_models(session: Any) -> Any:
+    """The botocore ``session``, reading its models through the process's loader for its
+    data path (parsed once per process)."""
+    from botocore.loaders import create_loader
+
+    path = session.get_config_variable("data_path")
+    loader = _LOADERS.get(path) or _LOADERS.setdefault(path, create_loader(path))
+    session.register_component("data_loader", loader)
+    return session

@@ -2,23 +2,27 @@
 path of HTTP(S) reads: bodies received straight into their buffers, the same versioned-read
 logic (:class:`~shardvol.kvstore.versioned_reads.HttpVersionedReads`).
 
-botocore still decides where a bucket's objects are and how requests are signed: the first
-read of a bucket asks s3fs's client for a presigned URL of a made-up key, which gives the
-URL prefix of the bucket's keys (endpoint, addressing style), and the client's signer gives
-the region and service to sign for; each request is then signed with the client's current
-credentials (temporary ones are refreshed as botocore refreshes them), or not at all for
-``anon=True``.  Reads go through botocore as before for a filesystem set up with options
-this path does not follow (request options: SSE-C keys, requester pays; ``client_kwargs``
-beyond the endpoint and region; other ``config_kwargs``; version awareness), for access
-point ARNs and directory buckets, and for a bucket that S3 says is in another region than
-the one the client signs for (botocore follows it there).
+botocore still decides where a bucket's objects are and how requests are signed, through a
+synchronous client of its own made as s3fs would make its client from the store's options
+(not s3fs's: s3fs, aiobotocore and aiohttp are a fresh process's largest imports, which a
+store that only reads never makes): the first read of a bucket asks it for a presigned URL
+of a made-up key, which gives the URL prefix of the bucket's keys (endpoint, addressing
+style), and its signer gives the region and service to sign for; each request is then
+signed with the client's current credentials (temporary ones are refreshed off the event
+loop when botocore would refresh them), or not at all for ``anon=True``.  Reads go through
+s3fs's botocore as before for a store with options this path does not follow (request
+options: SSE-C keys, requester pays; ``client_kwargs`` beyond the endpoint and region;
+other ``config_kwargs``; version awareness; a session of one's own), for access point ARNs
+and directory buckets, and for a bucket that S3 says is in another region than the one the
+client signs for (botocore follows it there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
@@ -41,6 +45,13 @@ from shardvol.kvstore.versioned_reads import (
 #: or the signature (which the first read asks botocore for).
 CONFIG = frozenset({"retries", "max_pool_connections", "read_timeout", "connect_timeout",
                     "s3", "region_name", "signature_version"})
+#: The s3fs options these reads follow (anything else: botocore's reads through s3fs):
+#: credentials, endpoint, botocore's profile, and those of s3fs's caches and uploads.
+OPTIONS = frozenset({"anon", "key", "secret", "token", "username", "password", "endpoint_url",
+                     "use_ssl", "client_kwargs", "config_kwargs", "profile",
+                     "default_block_size", "default_fill_cache", "default_cache_type",
+                     "skip_instance_cache", "use_listings_cache", "listings_expiry_time",
+                     "max_paths", "max_concurrency", "fixed_upload_size"})
 _XML_FIELD = re.compile(rb"<(Code|Message|Region)>([^<]*)</\1>")
 
 
@@ -58,57 +69,131 @@ class ToBotocore(Exception):
     than the one signed for, or it is of a kind signed otherwise."""
 
 
-def plain(fs: Any) -> bool:
-    """Whether the reads of the s3fs filesystem ``fs`` can go through shardvol's client."""
-    return (not fs.req_kw and not fs.s3_additional_kwargs and not fs.version_aware
-            and set(fs.client_kwargs) <= {"endpoint_url", "region_name"}
-            and set(fs.config_kwargs) <= CONFIG)
+def plain(options: Mapping[str, Any]) -> bool:
+    """Whether the reads of an s3fs filesystem made with these options can go through
+    shardvol's client."""
+    return (set(options) <= OPTIONS
+            and set(options.get("client_kwargs") or {}) <= {"endpoint_url", "region_name"}
+            and set(options.get("config_kwargs") or {}) <= CONFIG)
+
+
+def botocore_client(options: Mapping[str, Any]) -> Any:
+    """botocore's (synchronous) S3 client, made as s3fs makes its own for these options
+    (see :func:`plain`): it says where a bucket's keys are, for which region requests are
+    signed, with which credentials (no s3fs, aiobotocore or aiohttp: a fresh process's
+    largest imports)."""
+    import botocore.session
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    from shardvol.kvstore.s3_filesystem import share_models
+
+    client_kwargs = dict(options.get("client_kwargs") or {})
+    init = {"aws_access_key_id": options.get("key", options.get("username")),
+            "aws_secret_access_key": options.get("secret", options.get("password")),
+            "aws_session_token": options.get("token"),
+            "endpoint_url": options.get("endpoint_url")}
+    init = {k: v for k, v in init.items() if v is not None and v != client_kwargs.get(k)}
+    config = dict(options.get("config_kwargs") or {})
+    if options.get("anon"):
+        init = {k: v for k, v in init.items() if not k.startswith("aws_")}
+        config["signature_version"] = UNSIGNED
+    session = share_models(botocore.session.Session(profile=options.get("profile")))
+    return session.create_client("s3", use_ssl=options.get("use_ssl", True),
+                                 config=Config(**config), **init, **client_kwargs)
+
+
+def _locate(s3: Any, bucket: str) -> _Bucket:
+    """Where the botocore client ``s3`` puts ``bucket``'s keys (a presigned URL of a
+    made-up key says), and the scope it signs for."""
+    from botocore import UNSIGNED
+    from botocore.exceptions import NoCredentialsError
+
+    signer = s3._request_signer
+    if signer._signature_version not in (UNSIGNED, "s3v4", "v4"):
+        raise ToBotocore(f"signature version {signer._signature_version}")
+    try:
+        url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
+    except NoCredentialsError:
+        raise StoreError(f"s3://{bucket}: no AWS credentials found (environment, shared "
+                         "files, instance role); anon=True reads public buckets without"
+                         ) from None
+    parts = urlsplit(url)
+    if not parts.path.endswith("/k"):
+        raise StoreError(f"s3://{bucket}: botocore's URL of its keys is {url}")
+    unsigned = signer._signature_version is UNSIGNED
+    return _Bucket(f"{parts.scheme}://{parts.netloc}{parts.path[:-1]}",
+                   None if unsigned else signer._region_name, signer._signing_name)
+
+
+def split(path: str) -> tuple[str, str]:
+    """(bucket, key) of an s3fs path."""
+    bucket, _, key = path.partition("/")
+    return bucket, key
 
 
 class S3Transport:
-    """Signed requests for the objects of an s3fs filesystem (see the module); versions
-    are ETags."""
+    """Signed requests for the objects of an S3 store whose s3fs options are ``options``
+    (see the module); versions are ETags."""
 
     version = staticmethod(etag_version)
 
-    def __init__(self, fs: Any) -> None:
-        self.fs = fs
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
         self._buckets: dict[str, _Bucket] = {}
+        self._client: Any = None
+        self._making: asyncio.Future | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_buckets": self._buckets}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+        self._buckets.update(state["_buckets"])
+
+    async def _botocore(self) -> Any:
+        """The client, made once, off the event loop (resolving credentials may ask the
+        instance's metadata service; the making itself is some 60 ms of CPU)."""
+        if self._client is None:
+            if self._making is None:
+                self._making = asyncio.get_running_loop().run_in_executor(
+                    None, botocore_client, self.options)
+            try:
+                self._client = await self._making
+            except BaseException:
+                self._making = None  # (made again by the next attempt)
+                raise
+        return self._client
 
     async def _bucket(self, bucket: str) -> _Bucket:
         found = self._buckets.get(bucket)
         if found is None:
-            from botocore import UNSIGNED
-
             if ":" in bucket or bucket.endswith("--x-s3"):  # (access points, S3 Express)
                 raise ToBotocore(f"{bucket} is an ARN or a directory bucket")
-            s3 = await self.fs.set_session()
-            signer = s3._request_signer
-            if signer._signature_version not in (UNSIGNED, "s3v4", "v4"):
-                raise ToBotocore(f"signature version {signer._signature_version}")
-            url = await s3.generate_presigned_url("get_object",
-                                                  Params={"Bucket": bucket, "Key": "k"})
-            parts = urlsplit(url)
-            if not parts.path.endswith("/k"):
-                raise StoreError(f"s3://{bucket}: botocore's URL of its keys is {url}")
-            unsigned = signer._signature_version is UNSIGNED
-            found = self._buckets[bucket] = _Bucket(
-                f"{parts.scheme}://{parts.netloc}{parts.path[:-1]}",
-                None if unsigned else signer._region_name, signer._signing_name)
+            s3 = await self._botocore()
+            # (off the loop: presigning may refresh the credentials, with blocking requests)
+            found = await asyncio.get_running_loop().run_in_executor(None, _locate, s3, bucket)
+            self._buckets[bucket] = found
         return found
 
     def headers(self) -> dict[str, str]:
         return {}
 
     async def _credentials(self) -> Credentials:
-        s3 = await self.fs.set_session()
-        frozen = await s3._request_signer._credentials.get_frozen_credentials()
+        """The client's current credentials; those about to run out are refreshed off the
+        event loop (botocore refreshes them with blocking requests)."""
+        found = (await self._botocore())._request_signer._credentials
+        if getattr(found, "refresh_needed", lambda: False)():
+            frozen = await asyncio.get_running_loop().run_in_executor(
+                None, found.get_frozen_credentials)
+        else:
+            frozen = found.get_frozen_credentials()
         return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
                       stall: float | None, version: str | None) -> AsyncIterator[Answer]:
-        name, key, _ = self.fs.split_path(path)
+        name, key = split(path)
         bucket = await self._bucket(name)
         url = bucket.prefix + quote(key, safe="/~")
         headers = etag_condition(headers, version)
@@ -145,13 +230,14 @@ class S3Reads:
     and through botocore (``botocore``, S3ConditionalObjects) for the buckets the client
     does not sign for (see ToBotocore), from the first read that finds it out."""
 
-    def __init__(self, fs: Any, botocore: S3ConditionalObjects, stall: float | None) -> None:
-        self.fs, self.botocore = fs, botocore
-        self.direct = HttpVersionedReads(S3Transport(fs), stall)
+    def __init__(self, options: Mapping[str, Any], botocore: S3ConditionalObjects,
+                 stall: float | None) -> None:
+        self.botocore = botocore
+        self.direct = HttpVersionedReads(S3Transport(options), stall)
         self._elsewhere: set[str] = set()  # buckets read through botocore
 
     def _direct(self, path: str) -> bool:
-        return self.fs.split_path(path)[0] not in self._elsewhere
+        return split(path)[0] not in self._elsewhere
 
     async def read_one(self, path: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> ReadResult:
@@ -159,7 +245,7 @@ class S3Reads:
             try:
                 return await self.direct.read_one(path, byte_range, etag)
             except ToBotocore:
-                self._elsewhere.add(self.fs.split_path(path)[0])
+                self._elsewhere.add(split(path)[0])
         return await self.botocore.read_one(path, byte_range, etag)
 
     async def read_into(self, path: str, value: Arriving, arrived: Callable[[], None]) -> None:
@@ -167,5 +253,5 @@ class S3Reads:
             try:
                 return await self.direct.read_into(path, value, arrived)
             except ToBotocore:  # (the first answer: no bytes came in)
-                self._elsewhere.add(self.fs.split_path(path)[0])
+                self._elsewhere.add(split(path)[0])
         await self.botocore.read_into(path, value, arrived)
