@@ -7,6 +7,7 @@ credentials, and the filesystems that keep gcsfs's reads."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -15,12 +16,13 @@ import time
 
 import numpy as np
 import pytest
+from google.oauth2 import service_account
 from google.oauth2.credentials import Credentials
 
 from shardvol import Volume
 from shardvol.errors import StoreError, VersionChangedError
 from shardvol.kvstore.fsspec_store import FsspecStore
-from shardvol.kvstore.gcs_reads import GcsTransport
+from shardvol.kvstore.gcs_reads import GcsTransport, GoogleAuth
 
 from .fault_server import FaultServer
 from .gcs_server import gcs_server
@@ -200,3 +202,106 @@ def test_stores_ask_no_bucket_layout_with_gcsfs_experimental_class_on(server, tm
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[0] == "True 3 b'xyz'"
     assert done.stderr == ""
+
+
+class _TokenServer:
+    """An OAuth token endpoint: each refresh of an authorized user's credentials gets a
+    new access token (``tok-<n>``), valid for ``lifetime`` seconds."""
+
+    def __init__(self, lifetime: int = 3600) -> None:
+        import http.server
+
+        outer = self
+        self.issued = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.issued += 1
+                body = json.dumps({"access_token": f"tok-{outer.issued}",
+                                   "expires_in": lifetime}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/token"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _default_credentials(tmp_path, token_url: str) -> str:
+    """An application default credentials file (a service account's, with a new key)
+    whose token endpoint is ``token_url``."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    path = tmp_path / "adc.json"
+    path.write_text(json.dumps({"type": "service_account", "project_id": "p",
+                                "private_key_id": "k1", "private_key": pem,
+                                "client_email": "reader@p.iam.gserviceaccount.com",
+                                "client_id": "1", "token_uri": token_url}))
+    return str(path)
+
+
+def test_default_credentials_without_gcsfs_authorize_and_refresh_off_the_loop(
+        server, tmp_path, monkeypatch):
+    """With no token given, the application default credentials are found as gcsfs finds
+    them (here a file named by GOOGLE_APPLICATION_CREDENTIALS), with google-auth alone,
+    and refreshed off the event loop when they are about to run out."""
+    _file(tmp_path, "k", b"abc")
+    tokens = _TokenServer(lifetime=200)  # (each shorter than the refresh margin)
+    try:
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS",
+                           _default_credentials(tmp_path, tokens.url))
+        store = FsspecStore(f"gs://{BUCKET}", endpoint_url=server.url,
+                            skip_instance_cache=True)
+        assert isinstance(store._gets.transport.auth, GoogleAuth)
+        threads: list[str] = []
+        refresh = service_account.Credentials.refresh
+        monkeypatch.setattr(service_account.Credentials, "refresh",
+                            lambda self, request: threads.append(
+                                threading.current_thread().name) or refresh(self, request))
+        assert store.get("k") == b"abc" and store.get("k", (1, 2)) == b"b"
+        stats = server.stats()
+        assert stats["Authorization Bearer tok-1"] == 1 and stats["Authorization Bearer tok-2"] == 1
+        assert len(threads) == 2 and "fsspecIO" not in threads
+        assert store._fs is None
+    finally:
+        tokens.close()
+
+
+def test_reads_without_a_token_or_default_credentials_are_anonymous_and_need_no_gcsfs(
+        server, tmp_path):
+    """A process that opens and reads a volume on gs:// (no token, no application default
+    credentials: anonymous, as gcsfs falls back to) imports no gcsfs, the largest import
+    of a fresh process; "google_default" without them is an error that says so."""
+    data = np.random.default_rng(3).integers(0, 255, (20, 10, 5, 1), dtype=np.uint8)
+    ts_create(str(tmp_path / BUCKET / "v"), data_type="uint8", num_channels=1,
+              size=[20, 10, 5], chunk_size=[8, 8, 8], encoding="raw")[...] = data
+    script = ("import sys, shardvol\n"
+              "from shardvol.kvstore.fsspec_store import FsspecStore\n"
+              "vol = shardvol.Volume(FsspecStore(sys.argv[1], endpoint_url=sys.argv[2]))\n"
+              "print(vol[...].sum(), sorted({m.split('.')[0] for m in sys.modules\n"
+              "      if m.split('.')[0] in ('gcsfs', 'aiohttp')}))\n"
+              "FsspecStore(sys.argv[1], endpoint_url=sys.argv[2], token='google_default',\n"
+              "            retries=0).get('k')\n")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GOOGLE_", "GCE_", "CLOUDSDK_"))}
+    env["HOME"] = str(tmp_path)  # (no gcloud configuration)
+    done = subprocess.run([sys.executable, "-c", script, f"gs://{BUCKET}/v", server.url],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == [str(int(data.sum())), "[]"], done.stderr
+    assert "no Google application default credentials" in done.stderr
+    assert not any(k.startswith("Authorization") for k in server.stats())

@@ -44,7 +44,7 @@ from shardvol.kvstore.base import (
     process_lock,
     url_scheme,
 )
-from shardvol.kvstore.gcs_reads import gcs_reads
+from shardvol.kvstore.gcs_reads import GcsfsAuth, GoogleAuth, gcs_reads, without_gcsfs
 from shardvol.kvstore.gcs_reads import plain as gcs_plain
 from shardvol.kvstore.lease import (
     ConditionalObjects,
@@ -141,8 +141,9 @@ class FsspecStore(KVStore):
         scheme = url_scheme(url)
         if scheme in READ_ONLY_PROTOCOLS and http_plain(storage_options):
             protocols, root = {scheme}, url  # (fsspec's HTTP paths are the URLs)
-        elif scheme in S3_PROTOCOLS and s3_plain(storage_options):
-            protocols, root = {scheme}, url.split("://", 1)[1]  # (as s3fs's paths)
+        elif (scheme in S3_PROTOCOLS and s3_plain(storage_options)) or (
+                scheme in GCS_PROTOCOLS and without_gcsfs(storage_options)):
+            protocols, root = {scheme}, url.split("://", 1)[1]  # (as s3fs's, gcsfs's paths)
         else:
             self._fs, root = self._fs_of()
             protocols = ({self._fs.protocol} if isinstance(self._fs.protocol, str)
@@ -168,8 +169,9 @@ class FsspecStore(KVStore):
                           if s3_plain(storage_options) else s3)
             if versioned_reads:  # (the versions that set_if compares are the reads' ETags)
                 self._cas = S3ConditionalObjects(fs, self.requests)
-        elif protocols & GCS_PROTOCOLS and gcs_plain(self.fs):
-            self._gets = gcs_reads(self.fs, policy.stall)
+        elif protocols & GCS_PROTOCOLS and (self._fs is None or gcs_plain(self._fs)):
+            self._gets = gcs_reads(GoogleAuth(storage_options) if self._fs is None
+                                   else GcsfsAuth(self._fs), policy.stall)
             self._versions_field = "generation"
         elif self.read_only:
             try:
@@ -189,9 +191,10 @@ class FsspecStore(KVStore):
 
     @property
     def fs(self) -> Any:
-        """The fsspec filesystem, made at first use (plain reads of HTTP(S) and S3 need
-        none: s3fs and fsspec's HTTP filesystem import aiohttp, s3fs aiobotocore too, a
-        fresh process's largest imports)."""
+        """The fsspec filesystem, made at first use (plain reads of HTTP(S), S3 and GCS
+        need none: gcsfs, s3fs and fsspec's HTTP filesystem import aiohttp, gcsfs
+        google-cloud's libraries and s3fs aiobotocore too, a fresh process's largest
+        imports)."""
         if self._fs is None:
             self._fs = self._fs_of()[0]
         return self._fs

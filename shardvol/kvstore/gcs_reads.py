@@ -4,13 +4,18 @@ TensorStore send them, so that ``gs://`` reads take the path of HTTP(S) and S3 r
 into their buffers, whole values streamed as they arrive, and versioned reads.
 
 A value's version is its generation (``x-goog-generation``); a read that must find one
-asks with ``ifGenerationMatch`` (412 if the object was replaced).  gcsfs still decides
-where the objects are (its endpoint: ``endpoint_url``, ``STORAGE_EMULATOR_HOST``) and
-authorizes each request: its credentials' headers are applied to it (none for
-``token="anon"``), after a refresh off the event loop when they are about to run out.
-A filesystem set up with what this path does
-not follow (requester pays, version-aware paths, session options, client certificates)
-reads through gcsfs as before, without versions.
+asks with ``ifGenerationMatch`` (412 if the object was replaced).  Each request is
+authorized with the credentials' headers (none when anonymous), after a refresh off the
+event loop when they are about to run out (google-auth refreshes with blocking requests).
+
+The endpoint and the credentials come from the store's gcsfs options as gcsfs finds them.
+For ``token`` None, ``"google_default"`` or ``"anon"`` (and no client certificate
+configured) that takes google-auth alone (:class:`GoogleAuth`: the application default
+credentials, or none): gcsfs is a fresh process's largest import (0.6 s), and a store that
+only reads never makes its filesystem.  Other tokens take gcsfs's credentials
+(:class:`GcsfsAuth`).  A filesystem set up with what this path does not follow (requester
+pays, version-aware paths, session options, client certificates) reads through gcsfs as
+before, without versions.
 """
 
 from __future__ import annotations
@@ -19,14 +24,25 @@ import asyncio
 import contextlib
 import datetime
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from shardvol.errors import StoreError
 from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.http_client import HttpStatusError, client
 from shardvol.kvstore.versioned_reads import Answer, HttpVersionedReads, error_body
+
+#: The gcsfs options :class:`GoogleAuth` follows (with ``token`` None, "google_default"
+#: or "anon"): the endpoint, the scope, and what only gcsfs's own operations use.
+OPTIONS = frozenset({"token", "endpoint_url", "access", "project", "block_size",
+                     "consistency", "cache_timeout", "secure_serialize", "check_connection",
+                     "requests_timeout", "timeout", "default_location",
+                     "skip_instance_cache", "use_listings_cache", "listings_expiry_time",
+                     "max_paths"})
+#: gcsfs's cache of the tokens of its browser logins (tried after the default credentials)
+GCSFS_TOKENS = os.path.join(os.path.expanduser("~"), ".gcs_tokens")
 
 
 def plain(fs: Any) -> bool:
@@ -35,16 +51,129 @@ def plain(fs: Any) -> bool:
             and not getattr(fs, "_use_client_cert", False))
 
 
-def gcs_reads(fs: Any, stall: float | None) -> HttpVersionedReads:
-    """The versioned reads of the gcsfs filesystem ``fs`` (see :func:`plain`)."""
-    return HttpVersionedReads(GcsTransport(fs), stall)
+def without_gcsfs(options: Mapping[str, Any]) -> bool:
+    """Whether the reads of a store with these gcsfs options can authorize without gcsfs
+    (see the module)."""
+    token = options.get("token")
+    return (set(options) <= OPTIONS and token in (None, "google_default", "anon")
+            and not (token is None and os.path.exists(GCSFS_TOKENS))
+            and not _client_certificate())
 
 
-class GcsTransport:
-    """Authorized requests for the objects of a gcsfs filesystem (see the module)."""
+def _client_certificate() -> bool:
+    """Whether google-auth may present a client certificate (mutual TLS) where gcsfs
+    would: said by the environment, or any of its certificate configurations present."""
+    said = os.environ.get("GOOGLE_API_USE_CLIENT_CERTIFICATE")
+    if said is not None:
+        return said.strip().lower() == "true"
+    paths = (os.environ.get("GOOGLE_API_CERTIFICATE_CONFIG"),
+             os.environ.get("CLOUDSDK_CONTEXT_AWARE_CERTIFICATE_CONFIG_FILE_PATH"),
+             os.path.join(os.path.expanduser("~"), ".config", "gcloud",
+                          "certificate_config.json"),
+             "/var/run/secrets/workload-spiffe-credentials")
+    return any(path and os.path.exists(path) for path in paths)
+
+
+class Auth(Protocol):
+    """Where a store's objects are and how its requests are authorized."""
+
+    location: str
+
+    async def authorize(self, headers: dict[str, str]) -> None:
+        """Add the credentials' headers (none if anonymous)."""
+        ...
+
+
+def gcs_reads(auth: Auth, stall: float | None) -> HttpVersionedReads:
+    """The versioned reads of a GCS store."""
+    return HttpVersionedReads(GcsTransport(auth), stall)
+
+
+class GcsfsAuth:
+    """A gcsfs filesystem's endpoint and credentials."""
 
     def __init__(self, fs: Any) -> None:
         self.fs = fs
+        self.location = fs._location
+
+    async def authorize(self, headers: dict[str, str]) -> None:
+        gcsfs_credentials = self.fs.credentials
+        credentials = gcsfs_credentials.credentials  # (google-auth's; None: anonymous)
+        if credentials is not None and not _fresh(credentials):
+            await asyncio.get_running_loop().run_in_executor(
+                None, gcsfs_credentials.maybe_refresh)
+        gcsfs_credentials.apply(headers)
+
+
+class GoogleAuth:
+    """The endpoint and credentials gcsfs would find for these options (see
+    :func:`without_gcsfs`), with google-auth alone: the application default credentials,
+    found off the event loop at the first request (google-auth may ask the metadata
+    server); without them, anonymous, unless ``token`` is "google_default"."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.token = options.get("token")
+        self.scope = ("https://www.googleapis.com/auth/devstorage."
+                      f"{options.get('access', 'full_control')}")
+        self.location = options.get("endpoint_url") or _location()
+        self._found: asyncio.Future | None = None
+        self._refreshing: asyncio.Future | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_found": None, "_refreshing": None}
+
+    async def authorize(self, headers: dict[str, str]) -> None:
+        if self.token == "anon":
+            return
+        loop = asyncio.get_running_loop()
+        if self._found is None:
+            self._found = loop.run_in_executor(None, self._default)
+        try:
+            credentials = await self._found
+        except BaseException:
+            self._found = None  # (looked for again by the next attempt)
+            raise
+        if credentials is None:
+            return
+        if not _fresh(credentials):  # (one refresh, which the requests meanwhile wait for)
+            if self._refreshing is None:
+                self._refreshing = loop.run_in_executor(None, _refresh, credentials)
+                self._refreshing.add_done_callback(lambda _: setattr(self, "_refreshing", None))
+            await asyncio.shield(self._refreshing)
+        credentials.apply(headers)
+
+    def _default(self) -> Any:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            return google.auth.default(scopes=[self.scope])[0]
+        except DefaultCredentialsError as e:
+            if self.token == "google_default":
+                raise StoreError(f"no Google application default credentials: {e}") from e
+            return None  # (anonymous, as gcsfs falls back to)
+
+
+def _refresh(credentials: Any) -> None:
+    from google.auth.transport.requests import Request
+
+    credentials.refresh(Request())
+
+
+def _location() -> str:
+    """GCS's endpoint, as gcsfs finds it without a client certificate (an emulator's from
+    ``STORAGE_EMULATOR_HOST``)."""
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if emulator not in ("", "default"):
+        return emulator if emulator.startswith(("http://", "https://")) else f"http://{emulator}"
+    return f"https://storage.{os.environ.get('GOOGLE_CLOUD_UNIVERSE_DOMAIN', 'googleapis.com')}"
+
+
+class GcsTransport:
+    """Authorized requests for the objects of a GCS store (see the module)."""
+
+    def __init__(self, auth: Auth) -> None:
+        self.auth = auth
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -57,28 +186,17 @@ class GcsTransport:
         """The URL of a request for ``path`` that must find it at ``version`` if given: a
         GET is a media download; a HEAD asks for the object's metadata (the JSON API
         answers no HEAD)."""
-        bucket, key, _ = self.fs.split_path(path)
-        url = (f"{self.fs._location}/{'' if method == 'HEAD' else 'download/'}storage/v1/b/"
+        bucket, _, key = path.partition("/")
+        url = (f"{self.auth.location}/{'' if method == 'HEAD' else 'download/'}storage/v1/b/"
                f"{quote(bucket, safe='')}/o/{quote(key, safe='')}?"
                f"{'' if method == 'HEAD' else 'alt=media&'}")
         return url + ("" if version is None else f"ifGenerationMatch={version}")
-
-    async def _authorize(self, headers: dict[str, str]) -> None:
-        """Add the credentials' headers (Authorization); ones that run out within
-        REFRESH_AHEAD seconds are refreshed first, off the event loop (gcsfs refreshes
-        them with a blocking request, which would stall every transfer on the loop)."""
-        gcsfs_credentials = self.fs.credentials
-        credentials = gcsfs_credentials.credentials  # (google-auth's; None: anonymous)
-        if credentials is not None and not _fresh(credentials):
-            await asyncio.get_running_loop().run_in_executor(
-                None, gcsfs_credentials.maybe_refresh)
-        gcsfs_credentials.apply(headers)
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
                       stall: float | None, version: str | None) -> AsyncIterator[Answer]:
         headers = dict(headers)
-        await self._authorize(headers)
+        await self.auth.authorize(headers)
         url = self.url(method, path, version)
         async with client().request("GET", url, headers, stall) as r:
             if r.status >= 300 and r.status not in (304, 404, 412, 416):
@@ -116,7 +234,7 @@ class _Head:
 
 
 #: Credentials that run out sooner are refreshed before a request: gcsfs's own margin
-#: (its LOCAL_REFRESH_BUFFER), so that it finds nothing to refresh on the loop.
+#: (its LOCAL_REFRESH_BUFFER), so that gcsfs finds nothing to refresh on the loop.
 REFRESH_AHEAD = 300.0
 
 
