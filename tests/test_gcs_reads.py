@@ -215,7 +215,7 @@ class _TokenServer:
         self.issued = 0
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 outer.issued += 1
                 body = json.dumps({"access_token": f"tok-{outer.issued}",
