@@ -9,20 +9,50 @@ The kernels stay in their modules (``shardvol._ext.morton``, ``shardvol._ext.has
 ``shardvol.ops.pooling``).  See README.md for a tour and the package layout.
 """
 
-from shardvol import errors, sharding, zarr3
+from typing import TYPE_CHECKING, Any
+
+from shardvol import errors, sharding
 from shardvol.errors import ShardvolError
 from shardvol.formats import open
 from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.remote import io_limit
-from shardvol.ops.convert import copy
-from shardvol.ops.dask import from_dask, to_dask
-from shardvol.ops.downsample import downsample
 from shardvol.precomputed.annotations import Annotations
 from shardvol.precomputed.meshes import Mesh
 from shardvol.precomputed.segment_properties import SegmentProperties
 from shardvol.precomputed.skeletons import Skeleton
 from shardvol.precomputed.volume import Volume
-from shardvol.zarr3 import OmeZarrImage, ZarrArray
+
+if TYPE_CHECKING:
+    from shardvol import zarr3
+    from shardvol.ops.convert import copy
+    from shardvol.ops.dask import from_dask, to_dask
+    from shardvol.ops.downsample import downsample
+    from shardvol.zarr3 import OmeZarrImage, ZarrArray
+
+#: Names imported at their first use (module, attribute): Zarr v3 and the operations are
+#: some 70 ms of a fresh process's imports, which reading a precomputed volume needs not.
+_LAZY = {
+    "zarr3": ("shardvol.zarr3", None),
+    "ZarrArray": ("shardvol.zarr3", "ZarrArray"),
+    "OmeZarrImage": ("shardvol.zarr3", "OmeZarrImage"),
+    "copy": ("shardvol.ops.convert", "copy"),
+    "downsample": ("shardvol.ops.downsample", "downsample"),
+    "from_dask": ("shardvol.ops.dask", "from_dask"),
+    "to_dask": ("shardvol.ops.dask", "to_dask"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name not in _LAZY:
+        raise AttributeError(f"module 'shardvol' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = importlib.import_module(module)
+    value = value if attribute is None else getattr(value, attribute)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

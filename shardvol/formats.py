@@ -3,7 +3,7 @@ is stored there."""
 
 from __future__ import annotations
 
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from shardvol.errors import InfoError, InvalidArgumentError
 from shardvol.jsondoc import load_json
@@ -11,9 +11,13 @@ from shardvol.kvstore import KVStore, open_store
 from shardvol.kvstore.job_record import JOB_KEY
 from shardvol.precomputed.info_file import INFO_KEY, follow
 from shardvol.precomputed.volume import URL_PREFIX, Volume
-from shardvol.zarr3 import ZARR_JSON, ZarrArray
-from shardvol.zarr3 import open as open_zarr
-from shardvol.zarr3.ome import OmeZarrImage, is_ome_group
+
+if TYPE_CHECKING:
+    from shardvol.zarr3 import OmeZarrImage, ZarrArray
+
+#: Zarr v3's metadata file (shardvol.zarr3.ZARR_JSON: that package is imported where one is
+#: found, which reading a precomputed volume needs not)
+ZARR_JSON = "zarr.json"
 
 FORMATS = ("precomputed", "zarr3", "ome-zarr")
 #: Neuroglancer-style URL prefixes naming the format ("zarr3://gs://bucket/array")
@@ -44,6 +48,8 @@ def detect_format(url_or_store: str | KVStore) -> str | None:
         return "precomputed"
     doc = found.get(ZARR_JSON)
     if doc is not None:
+        from shardvol.zarr3.ome import is_ome_group
+
         return "ome-zarr" if is_ome_group(_parse(doc)) else "zarr3"
     return None
 
@@ -71,6 +77,10 @@ def open(url_or_store: str | KVStore, **kwargs: Any) -> Volume | ZarrArray | Ome
     elif fmt == "zarr3":
         doc = kv.get(ZARR_JSON)
     if doc is not None:
+        from shardvol.zarr3 import OmeZarrImage
+        from shardvol.zarr3 import open as open_zarr
+        from shardvol.zarr3.ome import is_ome_group
+
         source = f"{kv.url}/{ZARR_JSON}"
         parsed = _parse(doc, source)
         if is_ome_group(parsed):

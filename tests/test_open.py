@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -83,3 +85,27 @@ def test_a_remote_open_reads_the_info_in_one_round_trip(tmp_path):
         arr = shardvol.open(f"{server.url}/z")
         assert isinstance(arr, ZarrArray) and server.stats()["HEAD"] == 0
         assert np.array_equal(arr[...], ts_read_zarr(GOLDEN_ZARR))
+
+
+def test_import_shardvol_leaves_zarr_and_the_operations_until_they_are_used():
+    """``import shardvol`` is part of every script's start: Zarr v3, the operations and
+    the packages only they need are imported when first named, as what they are."""
+    script = (
+        "import sys, shardvol\n"
+        "heavy = ('shardvol.zarr3', 'shardvol.ops.convert', 'shardvol.ops.dask',\n"
+        "         'shardvol.ops.downsample', 'crc32c')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "from shardvol.ops.convert import copy\n"
+        "from shardvol.zarr3 import OmeZarrImage, ZarrArray\n"
+        "print(shardvol.copy is copy, shardvol.ZarrArray is ZarrArray,\n"
+        "      shardvol.OmeZarrImage is OmeZarrImage, shardvol.zarr3.ZarrArray is ZarrArray)\n"
+        "try:\n"
+        "    shardvol.nosuch\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.splitlines() == [
+        "[]", "True True True True", "module 'shardvol' has no attribute 'nosuch'"], done.stderr
+    assert {"copy", "downsample", "to_dask", "from_dask", "ZarrArray", "OmeZarrImage",
+            "zarr3"} <= set(shardvol.__all__) and callable(shardvol.downsample)

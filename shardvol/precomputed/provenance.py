@@ -14,7 +14,6 @@ import getpass
 import json
 import socket
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from shardvol.errors import InfoError
@@ -78,6 +77,8 @@ def record_step(kv: KVStore, method: dict[str, Any], sources: tuple[str, ...] = 
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # (10 ms to import)
+
     try:
         return version("shardvol")
     except PackageNotFoundError:
