@@ -17,8 +17,10 @@ Operations:
             tensorstore.downsample views of the base written scale by scale)
   zarr      a copy to a Zarr v3 array, shards of 256^3 of 64^3 zstd chunks (TensorStore:
             its zarr3 driver written from the precomputed one)
+  first     what a script does first: import the library, open the volume and read one
+            64^3 chunk in its middle (timed from the import)
 
-``--remote`` reads (read, cutouts) the volumes through S3 instead: the S3 API of
+``--remote`` reads (read, cutouts, first) the volumes through S3 instead: the S3 API of
 tests/fault_server.py, which answers path-style GETs of the files under ``--data`` (bucket:
 its name) after ``--latency`` seconds (default 0.025), in its own process.
 
@@ -28,7 +30,8 @@ each run.  Each line of the table is one run; "per GiB" is the wall time divided
 volume's size, for the cost as it grows.
 
 Run:  python benchmarks/bench_scale.py [--sizes 1 2 4 8] [--big] [--encodings raw jpeg]
-      [--ops read cutouts write pyramid zarr] [--libs shardvol tensorstore] [--data DIR]
+      [--ops read cutouts write pyramid zarr first] [--libs shardvol tensorstore]
+      [--data DIR]
       [--remote [--latency 0.025]]
 (shardvol built in place: PYTHONPATH=. from the repository)
 """
@@ -56,7 +59,7 @@ ZARR_SHARD = (256, 256, 256)
 LIBS = ("shardvol", "tensorstore")
 SHAPES = {0.125: (512, 512, 512), 1: (1024, 1024, 1024), 2: (1024, 1024, 2048),
           4: (2048, 2048, 1024), 8: (2048, 2048, 2048), 16: (2048, 2048, 4096)}
-OPS = ("read", "cutouts", "write", "pyramid", "zarr")
+OPS = ("read", "cutouts", "write", "pyramid", "zarr", "first")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -169,12 +172,22 @@ def cutout_boxes(shape: tuple[int, int, int]) -> list[tuple[slice, ...]]:
 # ----------------------------------------------------------------------- the child
 
 
+def first_box(shape: tuple[int, int, int]) -> tuple[slice, ...]:
+    """The chunk in the middle of a volume of ``shape``."""
+    return tuple(slice(s // 2 // c * c, s // 2 // c * c + c) for s, c in zip(shape, CHUNK))
+
+
 def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> float:
-    """Run one operation; returns the seconds it took (the write: its writes alone)."""
+    """Run one operation; returns the seconds it took (the write: its writes alone; first:
+    from the library's import)."""
+    started = time.perf_counter()
     case = Case(gib, encoding)
     if lib == "shardvol":
         import shardvol
 
+        if op == "first":
+            sv_volume(src)[first_box(case.shape)]
+            return time.perf_counter() - started
         if op == "read":
             t0 = time.perf_counter()
             sv_volume(src)[...]
@@ -212,6 +225,9 @@ def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> f
             return time.perf_counter() - t0
     import tensorstore as ts
 
+    if op == "first":
+        ts.open(ts_spec(src)).result()[first_box(case.shape)].read(order="F").result()
+        return time.perf_counter() - started
     if op == "read":
         t0 = time.perf_counter()
         ts.open(ts_spec(src)).result().read(order="F").result()
@@ -336,7 +352,7 @@ def main() -> None:
         sys.path.insert(0, os.path.dirname(HERE))
         from tests.fault_server import FaultServer
 
-        args.ops = [op for op in args.ops if op in ("read", "cutouts")]
+        args.ops = [op for op in args.ops if op in ("read", "cutouts", "first")]
         server = FaultServer(os.path.dirname(os.path.abspath(args.data)), latency=args.latency)
         os.environ.update(BENCH_S3_ENDPOINT=server.url, AWS_ACCESS_KEY_ID="bench",
                           AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")

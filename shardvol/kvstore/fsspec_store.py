@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import queue
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
@@ -143,6 +144,10 @@ class FsspecStore(KVStore):
             protocols, root = {scheme}, url  # (fsspec's HTTP paths are the URLs)
         elif (scheme in S3_PROTOCOLS and s3_plain(storage_options)) or (
                 scheme in GCS_PROTOCOLS and without_gcsfs(storage_options)):
+            package, extra = ("s3fs", "s3") if scheme in S3_PROTOCOLS else ("gcsfs", "gcs")
+            if importlib.util.find_spec(package) is None:  # (needed by all but reads)
+                raise UnsupportedSchemeError(
+                    f"{url}: {package} is not installed (pip install shardvol[{extra}])")
             protocols, root = {scheme}, url.split("://", 1)[1]  # (as s3fs's, gcsfs's paths)
         else:
             self._fs, root = self._fs_of()
