@@ -269,9 +269,78 @@ def test_credentials_about_to_run_out_are_refreshed_off_the_event_loop(s3):
 
     store = FsspecStore(bucket, skip_instance_cache=True)
     transport = store._gets.direct.transport
+    transport.static = None  # (credentials of botocore's finding: here, temporary ones)
     transport._client = botocore_client(transport.options)
     soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=300)
     transport._client._request_signer._credentials = RefreshableCredentials(
         "AK1", "s1", "t1", soon, refresh, "test")
     assert store.get("k") == b"value" and store.get("k", (1, 3)) == b"al"
     assert len(threads) == 1 and threads[0] != "fsspecIO"
+
+
+_CONFIGS = [  # (options, environment besides the credentials)
+    ({}, {}), ({"anon": True}, {}), ({"key": "k2", "secret": "s2"}, {}),
+    ({"key": "k2", "secret": "s2", "token": "t2"}, {"AWS_SESSION_TOKEN": "t1"}),
+    ({}, {"AWS_SESSION_TOKEN": "t1"}), ({}, {"AWS_DEFAULT_REGION": "eu-central-1"}),
+    ({"anon": True}, {"AWS_DEFAULT_REGION": "us-west-2"}),
+    ({"client_kwargs": {"region_name": "ap-southeast-2"}}, {"AWS_DEFAULT_REGION": "eu-west-1"}),
+    ({"endpoint_url": "http://127.0.0.1:9000"}, {}),
+    ({"client_kwargs": {"endpoint_url": "https://minio.example.org/base/"}}, {}),
+    ({}, {"AWS_ENDPOINT_URL": "http://a.example:1", "AWS_ENDPOINT_URL_S3": "http://b:2"}),
+    ({}, {"AWS_ENDPOINT_URL": "http://a.example:1/"}),
+    ({"use_ssl": False}, {"AWS_DEFAULT_REGION": "sa-east-1"}),
+    ({"config_kwargs": {"retries": {"total_max_attempts": 1}, "read_timeout": 5}}, {}),
+]
+_BUCKETS = ["mybucket", "my.bucket", "ab", "My_Bucket", "a-b-c", "1.2.3.4", "x" * 63, "-x1"]
+
+
+def test_a_store_configured_by_its_options_and_environment_resolves_as_botocore_does(
+        monkeypatch, tmp_path):
+    """Without configuration files or settings that could change it, a bucket's URL, the
+    region signed for and the credentials are resolved without botocore (its import and
+    client are some 150 ms of a fresh process): each as botocore's own client resolves
+    them, which is the oracle here; anything else is left to botocore."""
+    from shardvol.kvstore.s3_reads import _locate, static
+
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for options, env in _CONFIGS:
+        with monkeypatch.context() as m:
+            m.setenv("AWS_ACCESS_KEY_ID", "k1")
+            m.setenv("AWS_SECRET_ACCESS_KEY", "s1")
+            for k, v in env.items():
+                m.setenv(k, v)
+            resolved = static(options)
+            assert resolved is not None, (options, env)
+            client = botocore_client(options)
+            for bucket in _BUCKETS:
+                found = resolved.bucket(bucket)
+                assert found in (None, _locate(client, bucket)), (options, env, bucket)
+                assert (found is None) == (resolved.endpoint is None and (
+                    len(bucket) < 3 or bucket != bucket.lower() or "." in bucket
+                    or bucket[0] == "-")), (options, env, bucket)
+            if options.get("anon"):
+                assert resolved.credentials is None
+            else:
+                frozen = client._request_signer._credentials.get_frozen_credentials()
+                assert resolved.credentials == Credentials(frozen.access_key,
+                                                           frozen.secret_key, frozen.token)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s1")
+    for options in [{"profile": "p"}, {"config_kwargs": {"s3": {"addressing_style": "path"}}},
+                    {"client_kwargs": {"region_name": "cn-north-1"}}]:
+        assert static(options) is None, options
+    for k, v in [("AWS_PROFILE", "p"), ("AWS_USE_FIPS_ENDPOINT", "true"),
+                 ("AWS_REGION", "eu-west-1"), ("AWS_DEFAULT_REGION", "us-gov-west-1")]:
+        with monkeypatch.context() as m:
+            m.setenv(k, v)
+            assert static({}) is None, k
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "config").write_text("[default]\nregion = eu-west-1\n")
+    assert static({}) is None  # (a configuration file: botocore reads it)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    assert static({}) is not None
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    assert static({}) is None and static({"anon": True}) is not None

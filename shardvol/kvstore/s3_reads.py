@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, NamedTuple
@@ -126,6 +127,77 @@ def _locate(s3: Any, bucket: str) -> _Bucket:
                    None if unsigned else signer._region_name, signer._signing_name)
 
 
+#: The environment these reads read themselves (any other ``AWS_`` variable: botocore
+#: decides), and the options that change nothing they send.
+_ENVIRONMENT = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                          "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+                          "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+                          "AWS_EC2_METADATA_DISABLED"})
+_NEUTRAL_CONFIG = frozenset({"retries", "max_pool_connections", "read_timeout",
+                             "connect_timeout"})
+#: names of buckets botocore addresses as hosts (else: as paths), and regions of AWS's
+#: standard partition
+_VIRTUAL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+_STANDARD_REGION = re.compile(r"(?!cn-)[a-z]{2}-[a-z]+-\d+")
+
+
+class Static(NamedTuple):
+    """What botocore would find for a store whose configuration is all in its options and
+    the environment (see :func:`static`): where buckets are, the region signed for, the
+    credentials (None: unsigned)."""
+
+    endpoint: str | None
+    region: str
+    scheme: str
+    credentials: Credentials | None
+
+    def bucket(self, bucket: str) -> _Bucket | None:
+        """Where ``bucket``'s keys are, as botocore's presigned URLs put them: below the
+        endpoint, or on AWS at the bucket's host name (None for names that cannot be one:
+        botocore's rules for them vary)."""
+        region = None if self.credentials is None else self.region
+        if self.endpoint is not None:
+            return _Bucket(f"{self.endpoint.rstrip('/')}/{bucket}/", region, "s3")
+        if _VIRTUAL.fullmatch(bucket):
+            return _Bucket(f"{self.scheme}://{bucket}.s3.amazonaws.com/", region, "s3")
+        return None
+
+
+def static(options: Mapping[str, Any]) -> Static | None:
+    """What botocore would find for these (plain) options, when no configuration file,
+    profile or other setting could change it: credentials given (options, then the
+    environment's keys) or none (``anon``), the region from the options or
+    AWS_DEFAULT_REGION (else us-east-1) in AWS's standard partition, an endpoint from the
+    options or AWS_ENDPOINT_URL(_S3); else None (botocore resolves them: its import and
+    client are some 150 ms of a fresh process)."""
+    client_kwargs = options.get("client_kwargs") or {}
+    env = os.environ
+    config_file = env.get("AWS_CONFIG_FILE", os.path.join("~", ".aws", "config"))
+    if ("profile" in options or not set(options.get("config_kwargs") or {}) <= _NEUTRAL_CONFIG
+            or any(k.startswith("AWS_") and k not in _ENVIRONMENT for k in env)
+            or os.path.exists(os.path.expanduser(config_file))):
+        return None
+    region = client_kwargs.get("region_name") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+    if not _STANDARD_REGION.fullmatch(region):
+        return None
+    endpoint = (options.get("endpoint_url") or client_kwargs.get("endpoint_url")
+                or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"))
+    scheme = "https" if options.get("use_ssl", True) else "http"
+    if endpoint is not None and not options.get("use_ssl", True):
+        return None  # (botocore's own rewriting of the endpoint's scheme)
+    if options.get("anon"):
+        return Static(endpoint, region, scheme, None)
+    key = options.get("key", options.get("username"))
+    secret = options.get("secret", options.get("password"))
+    token = options.get("token")
+    if key is None and secret is None and token is None:
+        key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+        token = env.get("AWS_SESSION_TOKEN") or None
+    if not key or not secret:
+        return None
+    return Static(endpoint, region, scheme, Credentials(key, secret, token))
+
+
 def split(path: str) -> tuple[str, str]:
     """(bucket, key) of an s3fs path."""
     bucket, _, key = path.partition("/")
@@ -140,6 +212,7 @@ class S3Transport:
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = dict(options)
+        self.static = static(options)
         self._buckets: dict[str, _Bucket] = {}
         self._client: Any = None
         self._making: asyncio.Future | None = None
@@ -170,9 +243,12 @@ class S3Transport:
         if found is None:
             if ":" in bucket or bucket.endswith("--x-s3"):  # (access points, S3 Express)
                 raise ToBotocore(f"{bucket} is an ARN or a directory bucket")
-            s3 = await self._botocore()
-            # (off the loop: presigning may refresh the credentials, with blocking requests)
-            found = await asyncio.get_running_loop().run_in_executor(None, _locate, s3, bucket)
+            found = None if self.static is None else self.static.bucket(bucket)
+            if found is None:
+                s3 = await self._botocore()
+                # (off the loop: presigning may refresh credentials, with blocking requests)
+                found = await asyncio.get_running_loop().run_in_executor(
+                    None, _locate, s3, bucket)
             self._buckets[bucket] = found
         return found
 
@@ -182,6 +258,8 @@ class S3Transport:
     async def _credentials(self) -> Credentials:
         """The client's current credentials; those about to run out are refreshed off the
         event loop (botocore refreshes them with blocking requests)."""
+        if self.static is not None and self.static.credentials is not None:
+            return self.static.credentials
         found = (await self._botocore())._request_signer._credentials
         if getattr(found, "refresh_needed", lambda: False)():
             frozen = await asyncio.get_running_loop().run_in_executor(
