@@ -344,3 +344,94 @@ def test_a_store_configured_by_its_options_and_environment_resolves_as_botocore_
     assert static({}) is not None
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     assert static({}) is None and static({"anon": True}) is not None
+
+
+@contextlib.contextmanager
+def _https_s3(tmp_path) -> Iterator[tuple[str, str]]:
+    """An S3-like https server (path-style GETs of one object, ``b/k``) whose certificate
+    a CA of its own signed: (endpoint URL, that CA's certificate file)."""
+    import http.server
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def name(text: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("test CA")).issuer_name(name("test CA"))
+          .public_key(ca_key.public_key()).serial_number(1).not_valid_before(now)
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(name("127.0.0.1")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(2).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "server.pem").write_bytes(
+        cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            found = self.path == "/b/k"
+            body = b"value" if found else b"<Error><Code>NoSuchKey</Code></Error>"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("ETag", '"e1"')
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(tmp_path / "server.pem"))
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{httpd.server_address[1]}", str(tmp_path / "ca.pem")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_https_endpoints_are_verified_with_botocores_ca_bundle(monkeypatch, tmp_path):
+    """AWS_CA_BUNDLE (or ``ca_bundle`` in the configuration file, which botocore reads)
+    names the certificates an https endpoint is verified with, as botocore's requests
+    would be; without it, the system's, which do not know this server's CA."""
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s1")
+    with _https_s3(tmp_path) as (endpoint, ca):
+        def store() -> FsspecStore:
+            return FsspecStore("s3://b", endpoint_url=endpoint, skip_instance_cache=True,
+                               retries=0)
+
+        with pytest.raises(StoreError, match="CERTIFICATE_VERIFY_FAILED"):
+            store().get("k")
+        monkeypatch.setenv("AWS_CA_BUNDLE", ca)
+        plain = store()
+        assert plain._gets.direct.transport.static is not None
+        assert plain.get("k") == b"value" and plain.get("absent") is None
+        monkeypatch.delenv("AWS_CA_BUNDLE")
+        (tmp_path / ".aws").mkdir()
+        (tmp_path / ".aws" / "config").write_text(f"[default]\nca_bundle = {ca}\n")
+        configured = store()
+        assert configured._gets.direct.transport.static is None
+        assert configured.get("k", (1, 3)) == b"al"

@@ -169,11 +169,15 @@ def _tokens(headers: Mapping[str, str], name: str) -> set[str]:
     return {t.strip().lower() for t in headers.get(name, "").split(",")}
 
 
+#: what a pooled connection is for: (scheme, host, port, the CA bundle that verified it)
+_Key = tuple[str, str, int, "str | None"]
+
+
 class _Connection(asyncio.BufferedProtocol):
     """One connection: bytes received go to ``_sink`` if a body is being read into one,
     else to the scratch buffer (``[_start, _end)`` not taken yet)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, key: tuple[str, str, int],
+    def __init__(self, loop: asyncio.AbstractEventLoop, key: _Key,
                  stall: float | None) -> None:
         self.loop, self.key, self.stall = loop, key, stall
         self.transport: asyncio.Transport | None = None
@@ -403,20 +407,23 @@ def _parse_head(head: bytes, url: str) -> tuple[str, int, str, dict[str, str]]:
 
 
 class Client:
-    """Pooled connections of one event loop, by (scheme, host, port)."""
+    """Pooled connections of one event loop, by (scheme, host, port, CA bundle)."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
-        self._ssl: ssl.SSLContext | None = None
+        self._idle: dict[_Key, list[_Connection]] = {}
+        self._ssl: dict[str | None, ssl.SSLContext] = {}
 
-    async def _connect(self, key: tuple[str, str, int], stall: float | None) -> _Connection:
+    async def _connect(self, key: _Key, stall: float | None) -> _Connection:
         loop = asyncio.get_running_loop()
-        scheme, host, port = key
+        scheme, host, port, cafile = key
         tls = None
         if scheme == "https":
-            if self._ssl is None:
-                self._ssl = ssl.create_default_context()
-            tls = self._ssl
+            tls = self._ssl.get(cafile)
+            if tls is None:
+                try:
+                    tls = self._ssl[cafile] = ssl.create_default_context(cafile=cafile)
+                except (OSError, ssl.SSLError) as e:
+                    raise StoreError(f"cannot load the CA bundle {cafile}: {e}") from e
         connecting = loop.create_connection(lambda: _Connection(loop, key, stall), host, port,
                                             ssl=tls)
         try:
@@ -432,11 +439,12 @@ class Client:
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, url: str, headers: Mapping[str, str],
-                      stall: float | None) -> AsyncIterator[Answer]:
+                      stall: float | None, cafile: str | None = None) -> AsyncIterator[Answer]:
         """The answer to ``method url`` once its head is in (redirects followed); its
-        connection goes back to the pool if its body was read whole."""
+        connection goes back to the pool if its body was read whole.  ``cafile``: the
+        certificates that verify https servers (default: the system's)."""
         for _ in range(_MAX_REDIRECTS + 1):
-            conn, answer = await self._exchange(method, url, headers, stall)
+            conn, answer = await self._exchange(method, url, headers, stall, cafile)
             if answer.status in _REDIRECTS and "location" in answer.headers:
                 await self._finish(conn, answer, drain=True)
                 target = urljoin(url, answer.headers["location"])
@@ -456,7 +464,8 @@ class Client:
         raise StoreError(f"{url}: more than {_MAX_REDIRECTS} redirects")
 
     async def _exchange(self, method: str, url: str, headers: Mapping[str, str],
-                        stall: float | None) -> tuple[_Connection, Answer]:
+                        stall: float | None, cafile: str | None
+                        ) -> tuple[_Connection, Answer]:
         parts = urlsplit(url)
         scheme, host = parts.scheme.lower(), parts.hostname or ""
         if scheme not in ("http", "https") or not host:
@@ -472,7 +481,7 @@ class Client:
                 raise ValueError(f"{url}: header {name!r} holds a line break or NUL")
         request = (f"{method} {target} HTTP/1.1\r\n" + "".join(
             f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n").encode("latin-1")
-        key = (scheme, host, port)
+        key = (scheme, host, port, cafile)
         idle = self._idle.get(key, [])
         while True:
             reused = bool(idle)

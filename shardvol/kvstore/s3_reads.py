@@ -104,6 +104,16 @@ def botocore_client(options: Mapping[str, Any]) -> Any:
                                  config=Config(**config), **init, **client_kwargs)
 
 
+def _botocore_and_ca(options: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """botocore_client(options), and the CA bundle botocore would verify with."""
+    import botocore.session
+
+    s3 = botocore_client(options)
+    ca = botocore.session.Session(profile=options.get("profile")).get_config_variable(
+        "ca_bundle")
+    return s3, ca
+
+
 def _locate(s3: Any, bucket: str) -> _Bucket:
     """Where the botocore client ``s3`` puts ``bucket``'s keys (a presigned URL of a
     made-up key says), and the scope it signs for."""
@@ -130,6 +140,7 @@ def _locate(s3: Any, bucket: str) -> _Bucket:
 #: The environment these reads read themselves (any other ``AWS_`` variable: botocore
 #: decides), and the options that change nothing they send.
 _ENVIRONMENT = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                          "AWS_CA_BUNDLE",
                           "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
                           "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
                           "AWS_EC2_METADATA_DISABLED"})
@@ -168,8 +179,9 @@ def static(options: Mapping[str, Any]) -> Static | None:
     profile or other setting could change it: credentials given (options, then the
     environment's keys) or none (``anon``), the region from the options or
     AWS_DEFAULT_REGION (else us-east-1) in AWS's standard partition, an endpoint from the
-    options or AWS_ENDPOINT_URL(_S3); else None (botocore resolves them: its import and
-    client are some 150 ms of a fresh process)."""
+    options or AWS_ENDPOINT_URL(_S3) (verified with AWS_CA_BUNDLE if set); else None
+    (botocore resolves them: its import and client are some 150 ms of a fresh
+    process)."""
     client_kwargs = options.get("client_kwargs") or {}
     env = os.environ
     config_file = env.get("AWS_CONFIG_FILE", os.path.join("~", ".aws", "config"))
@@ -213,6 +225,8 @@ class S3Transport:
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = dict(options)
         self.static = static(options)
+        #: the certificates that verify https endpoints (botocore's ca_bundle setting)
+        self.cafile = os.environ.get("AWS_CA_BUNDLE") if self.static else None
         self._buckets: dict[str, _Bucket] = {}
         self._client: Any = None
         self._making: asyncio.Future | None = None
@@ -230,12 +244,14 @@ class S3Transport:
         if self._client is None:
             if self._making is None:
                 self._making = asyncio.get_running_loop().run_in_executor(
-                    None, botocore_client, self.options)
+                    None, _botocore_and_ca, self.options)
             try:
-                self._client = await self._making
+                self._client, cafile = await self._making
             except BaseException:
                 self._making = None  # (made again by the next attempt)
                 raise
+            if self.static is None:
+                self.cafile = cafile
         return self._client
 
     async def _bucket(self, bucket: str) -> _Bucket:
@@ -278,7 +294,7 @@ class S3Transport:
         if bucket.region is not None:
             headers = {**headers, **signed_headers(method, url, await self._credentials(),
                                                    bucket.region, bucket.service)}
-        async with client().request(method, url, headers, stall) as r:
+        async with client().request(method, url, headers, stall, self.cafile) as r:
             if r.status >= 300 and r.status not in (304, 412, 416):
                 await _raise_s3_error(r, f"s3://{path}", bucket)
             yield r
