@@ -501,6 +501,7 @@ def test_a_read_after_a_write_is_not_answered_by_a_get_sent_before_it(s3_proxy):
     store = _s3(s3_proxy, new_bucket())
     old, new = b"o" * 1000, b"n" * 1000
     store.set("obj", old)
+    assert store.get("obj") == old  # (the reads' first request made their client: before)
     s3_proxy.set(plan=["slow"], slow_seconds=1.0)  # (the next answer's body trickles out)
     slow = submit(lambda: store.get("obj"))
     time.sleep(0.3)  # (its GET has read the object, and is in flight)
@@ -519,6 +520,7 @@ def test_a_read_under_way_during_a_write_does_not_cache_the_old_chunk(s3_proxy):
     vol[...] = old
     assert vol.cache is not None
     vol.cache.clear()
+    assert store.get("info") is not None  # (the reads' first request made their client)
     s3_proxy.set(plan=["slow"], slow_seconds=1.0)  # (the read's GET trickles in)
     reading = vol.read_async(...)
     time.sleep(0.3)

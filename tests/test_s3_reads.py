@@ -103,10 +103,14 @@ def _signatures_checked(s3: str) -> Iterator[tuple[str, str]]:
         checking("inf")
 
 
-def test_moto_accepts_the_signatures_and_refuses_a_wrong_secret(s3):
+@pytest.mark.parametrize("resolver", ["shardvol", "botocore"])
+def test_moto_accepts_the_signatures_and_refuses_a_wrong_secret(s3, resolver, monkeypatch):
     """A volume written, then read through the client from a server that checks every
     signature (whole values, ranges, streamed shards); with a wrong secret, a clear error
-    naming S3's code."""
+    naming S3's code.  The bucket's URL and region resolved by the reads themselves, or
+    by botocore's client (a setting they leave to it: here one that changes nothing)."""
+    if resolver == "botocore":
+        monkeypatch.setenv("AWS_USE_FIPS_ENDPOINT", "false")
     bucket = new_bucket()
     data = np.random.default_rng(2).integers(0, 1 << 16, (48, 40, 36, 1), dtype=np.uint16)
     spec = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
@@ -120,6 +124,7 @@ def test_moto_accepts_the_signatures_and_refuses_a_wrong_secret(s3):
             store = FsspecStore(f"{bucket}/{name}", skip_instance_cache=True, key=access,
                                 secret=secret)
             assert isinstance(store._gets, S3Reads)
+            assert (store._gets.direct.transport.static is None) == (resolver == "botocore")
             vol = Volume(store, cache_bytes=0)
             assert np.array_equal(vol[...], data)
             assert np.array_equal(vol[5:37, 3:29, 1:33], data[5:37, 3:29, 1:33])
