@@ -138,12 +138,12 @@ def _locate(s3: Any, bucket: str) -> _Bucket:
 
 
 #: The environment these reads read themselves (any other ``AWS_`` variable: botocore
-#: decides), and the options that change nothing they send.
+#: decides)
 _ENVIRONMENT = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                          "AWS_CA_BUNDLE",
                           "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-                          "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+                          "AWS_CA_BUNDLE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
                           "AWS_EC2_METADATA_DISABLED"})
+#: botocore settings that change nothing these reads send
 _NEUTRAL_CONFIG = frozenset({"retries", "max_pool_connections", "read_timeout",
                              "connect_timeout"})
 #: names of buckets botocore addresses as hosts (else: as paths), and regions of AWS's
