@@ -301,10 +301,11 @@ _BUCKETS = ["mybucket", "my.bucket", "ab", "My_Bucket", "a-b-c", "1.2.3.4", "x" 
 
 def test_a_store_configured_by_its_options_and_environment_resolves_as_botocore_does(
         monkeypatch, tmp_path):
-    """Without configuration files or settings that could change it, a bucket's URL, the
-    region signed for and the credentials are resolved without botocore (its import and
-    client are some 150 ms of a fresh process): each as botocore's own client resolves
-    them, which is the oracle here; anything else is left to botocore."""
+    """When only the options, the environment and the default profile's region and keys
+    in the shared files say it, a bucket's URL, the region signed for and the credentials
+    are resolved without botocore (its import and client are some 150 ms of a fresh
+    process): each as botocore's own client resolves them, which is the oracle here;
+    anything else is left to botocore."""
     from shardvol.kvstore.s3_reads import _locate, static
 
     for k in [k for k in os.environ if k.startswith("AWS_")]:
@@ -342,13 +343,43 @@ def test_a_store_configured_by_its_options_and_environment_resolves_as_botocore_
         with monkeypatch.context() as m:
             m.setenv(k, v)
             assert static({}) is None, k
-    (tmp_path / ".aws").mkdir()
-    (tmp_path / ".aws" / "config").write_text("[default]\nregion = eu-west-1\n")
-    assert static({}) is None  # (a configuration file: botocore reads it)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    assert static({}) is not None
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
-    assert static({}) is None and static({"anon": True}) is not None
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    assert static({}) is None and static({"anon": True}) is not None  # (no credentials)
+    # the files `aws configure` writes, read as botocore reads them; any other setting of
+    # the default profile leaves the store to botocore
+    (tmp_path / ".aws").mkdir()
+    config, shared = tmp_path / ".aws" / "config", tmp_path / ".aws" / "credentials"
+    for config_text, shared_text, simple in [
+        ("[default]\nregion = eu-west-1\noutput = json\n",
+         "[default]\naws_access_key_id = k3\naws_secret_access_key = s3\n", True),
+        ("[profile other]\nregion = ap-south-1\n[default]\n",
+         "[default]\naws_access_key_id = k3\naws_secret_access_key = s3\n"
+         "aws_session_token = t3\n[other]\naws_access_key_id = x\n", True),
+        ("", "[default]\naws_access_key_id = k3\naws_secret_access_key = s3\n", True),
+        ("[default]\nregion = eu-west-1\nrole_arn = arn:aws:iam::1:role/r\n"
+         "source_profile = default\n",
+         "[default]\naws_access_key_id = k3\naws_secret_access_key = s3\n", False),
+        ("[default]\ns3 =\n  addressing_style = path\n",
+         "[default]\naws_access_key_id = k3\naws_secret_access_key = s3\n", False),
+        ("[profile default]\nregion = eu-west-1\n",
+         "[default]\naws_access_key_id = k3\naws_secret_access_key = s3\n", False),
+        ("[default]\nregion = eu-west-1\n",
+         "[default]\naws_access_key_id = k3\naws_secret_access_key = s3\nregion = x\n",
+         False),
+        ("[default]\nregion = eu-west-1\n", "[other]\naws_access_key_id = k3\n", False),
+    ]:
+        config.write_text(config_text)
+        shared.write_text(shared_text)
+        resolved = static({})
+        assert (resolved is not None) == simple, config_text
+        if resolved is not None:
+            client = botocore_client({})
+            assert resolved.bucket("mybucket") == _locate(client, "mybucket")
+            frozen = client._request_signer._credentials.get_frozen_credentials()
+            assert resolved.credentials == Credentials(frozen.access_key, frozen.secret_key,
+                                                       frozen.token)
+            assert resolved.region == client._request_signer._region_name
 
 
 @contextlib.contextmanager

@@ -175,21 +175,24 @@ class Static(NamedTuple):
 
 
 def static(options: Mapping[str, Any]) -> Static | None:
-    """What botocore would find for these (plain) options, when no configuration file,
-    profile or other setting could change it: credentials given (options, then the
-    environment's keys) or none (``anon``), the region from the options or
-    AWS_DEFAULT_REGION (else us-east-1) in AWS's standard partition, an endpoint from the
-    options or AWS_ENDPOINT_URL(_S3) (verified with AWS_CA_BUNDLE if set); else None
-    (botocore resolves them: its import and client are some 150 ms of a fresh
-    process)."""
+    """What botocore would find for these (plain) options, when nothing else could change
+    it: credentials given (options, the environment's keys, or the default profile's in
+    the shared credentials file) or none (``anon``); the region from the options,
+    AWS_DEFAULT_REGION or the configuration file's default profile (else us-east-1), in
+    AWS's standard partition; an endpoint from the options or AWS_ENDPOINT_URL(_S3)
+    (verified with AWS_CA_BUNDLE if set).  None when a profile, another ``AWS_`` variable
+    or another setting of the default profile could change it: botocore resolves it then
+    (its import and client are some 150 ms of a fresh process)."""
     client_kwargs = options.get("client_kwargs") or {}
     env = os.environ
-    config_file = env.get("AWS_CONFIG_FILE", os.path.join("~", ".aws", "config"))
-    if ("profile" in options or not set(options.get("config_kwargs") or {}) <= _NEUTRAL_CONFIG
-            or any(k.startswith("AWS_") and k not in _ENVIRONMENT for k in env)
-            or os.path.exists(os.path.expanduser(config_file))):
+    config = _default_profile(env.get("AWS_CONFIG_FILE", "~/.aws/config"), "default",
+                              {"region", "output"})
+    if (config is None or "profile" in options
+            or not set(options.get("config_kwargs") or {}) <= _NEUTRAL_CONFIG
+            or any(k.startswith("AWS_") and k not in _ENVIRONMENT for k in env)):
         return None
-    region = client_kwargs.get("region_name") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+    region = (client_kwargs.get("region_name") or env.get("AWS_DEFAULT_REGION")
+              or config.get("region") or "us-east-1")
     if not _STANDARD_REGION.fullmatch(region):
         return None
     endpoint = (options.get("endpoint_url") or client_kwargs.get("endpoint_url")
@@ -205,9 +208,37 @@ def static(options: Mapping[str, Any]) -> Static | None:
     if key is None and secret is None and token is None:
         key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
         token = env.get("AWS_SESSION_TOKEN") or None
+    if key is None and secret is None:
+        shared = _default_profile(env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"),
+                                  "default", {"aws_access_key_id", "aws_secret_access_key",
+                                              "aws_session_token"})
+        if shared is None:
+            return None
+        key, secret = shared.get("aws_access_key_id"), shared.get("aws_secret_access_key")
+        token = shared.get("aws_session_token") or None
     if not key or not secret:
         return None
     return Static(endpoint, region, scheme, Credentials(key, secret, token))
+
+
+def _default_profile(path: str, section: str, allowed: set[str]) -> dict[str, str] | None:
+    """The settings of ``section`` of the INI file at ``path`` ({} if there is none), if
+    it holds no others than ``allowed`` and parses as botocore parses it; else None."""
+    path = os.path.expanduser(path)
+    if not os.path.exists(path):
+        return {}
+    import configparser
+
+    parser = configparser.RawConfigParser()
+    try:
+        parser.read(path)
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return None
+    if parser.has_section(f"profile {section}"):  # (botocore reads it as the same)
+        return None
+    found = dict(parser.items(section)) if parser.has_section(section) else {}
+    return found if set(found) <= allowed and not any(
+        v.startswith("\n") for v in found.values()) else None
 
 
 def split(path: str) -> tuple[str, str]:
