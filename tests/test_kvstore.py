@@ -618,11 +618,12 @@ def test_plain_http_reads_need_no_filesystem_and_quote_keys_as_fsspec_does(tmp_p
     server = StaticServer(str(tmp_path))
     try:
         url = f"{server.url}/v"
-        quoted = FsspecStore(url, client_kwargs={})  # (an option: fsspec's filesystem)
+        quoted = http_store(url, "aiohttp")  # (through fsspec's filesystem)
         store = FsspecStore(url, headers={"X-Token": "t"}, block_size=1 << 20)
         for key in keys:
             assert store.get(key) == quoted.get(key) is not None, key
-        assert store.get("absent") is None and store._fs is None
+        assert store.get("absent") is None and store._fs is None and quoted._fs is not None
+        assert FsspecStore(url, client_kwargs={})._fs is None  # (empty: as none)
         assert store.size("plain") == 15 and store._fs is not None
         script = ("import sys, shardvol\n"
                   "vol = shardvol.open(sys.argv[1])\n"

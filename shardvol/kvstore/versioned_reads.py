@@ -243,7 +243,8 @@ def http_plain(options: Mapping[str, Any]) -> bool:
     """Whether reads of an fsspec HTTP(S) filesystem with these options can go through
     shardvol's client, which follows ``headers`` and ``encoded`` (not ``client_kwargs``,
     ``get_client``, a loop, or other request options)."""
-    return set(options) <= _NEUTRAL | {"headers", "encoded"}
+    given = {k for k, v in options.items() if k != "client_kwargs" or v}
+    return given <= _NEUTRAL | {"headers", "encoded"}
 
 
 def http_reads(options: Mapping[str, Any], fs: Callable[[], Any],
