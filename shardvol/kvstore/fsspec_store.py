@@ -164,8 +164,8 @@ class FsspecStore(KVStore):
         # and return versions: (url, range, version) -> (value, version); else fsspec's
         self._gets: VersionedReads | None = None
         self._versions_field = "ETag"  # (the metadata field of the versions reads give)
+        fs = partial(getattr, self, "fs")  # (the filesystem, made at first use)
         if protocols & S3_PROTOCOLS:
-            fs = partial(getattr, self, "fs")
             # lease requests outside the process's budget: a renewal must not wait behind
             # bulk reads (its holder would lose the lease)
             s3 = S3ConditionalObjects(fs, Requests(policy, process_budget=False))
@@ -180,7 +180,7 @@ class FsspecStore(KVStore):
             self._versions_field = "generation"
         elif self.read_only:
             try:
-                self._gets = http_reads(storage_options, lambda: self.fs, policy.stall)
+                self._gets = http_reads(storage_options, fs, policy.stall)
             except ImportError as e:  # (yarl, of the http extra)
                 raise UnsupportedSchemeError(f"{url}: {e}") from e
         # reads that return versions and may require one

@@ -78,16 +78,13 @@ def plain(options: Mapping[str, Any]) -> bool:
             and set(options.get("config_kwargs") or {}) <= CONFIG)
 
 
-def botocore_client(options: Mapping[str, Any]) -> Any:
+def botocore_client(options: Mapping[str, Any], session: Any = None) -> Any:
     """botocore's (synchronous) S3 client, made as s3fs makes its own for these options
-    (see :func:`plain`): it says where a bucket's keys are, for which region requests are
-    signed, with which credentials (no s3fs, aiobotocore or aiohttp: a fresh process's
-    largest imports)."""
-    import botocore.session
+    (see :func:`plain`), from ``session`` (default: their own): it says where a bucket's
+    keys are, for which region requests are signed, with which credentials (no s3fs,
+    aiobotocore or aiohttp: a fresh process's largest imports)."""
     from botocore import UNSIGNED
     from botocore.config import Config
-
-    from shardvol.kvstore.s3_filesystem import share_models
 
     client_kwargs = dict(options.get("client_kwargs") or {})
     init = {"aws_access_key_id": options.get("key", options.get("username")),
@@ -99,19 +96,25 @@ def botocore_client(options: Mapping[str, Any]) -> Any:
     if options.get("anon"):
         init = {k: v for k, v in init.items() if not k.startswith("aws_")}
         config["signature_version"] = UNSIGNED
-    session = share_models(botocore.session.Session(profile=options.get("profile")))
+    session = session or _session(options)
     return session.create_client("s3", use_ssl=options.get("use_ssl", True),
                                  config=Config(**config), **init, **client_kwargs)
 
 
-def _botocore_and_ca(options: Mapping[str, Any]) -> tuple[Any, str | None]:
-    """botocore_client(options), and the CA bundle botocore would verify with."""
+def _session(options: Mapping[str, Any]) -> Any:
+    """The botocore session of these s3fs options (their profile), reading its models
+    through the process's loader."""
     import botocore.session
 
-    s3 = botocore_client(options)
-    ca = botocore.session.Session(profile=options.get("profile")).get_config_variable(
-        "ca_bundle")
-    return s3, ca
+    from shardvol.kvstore.s3_filesystem import share_models
+
+    return share_models(botocore.session.Session(profile=options.get("profile")))
+
+
+def _botocore_and_ca(options: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """botocore_client(options), and the CA bundle botocore would verify with."""
+    session = _session(options)
+    return botocore_client(options, session), session.get_config_variable("ca_bundle")
 
 
 def _locate(s3: Any, bucket: str) -> _Bucket:
@@ -155,12 +158,13 @@ _STANDARD_REGION = re.compile(r"(?!cn-)[a-z]{2}-[a-z]+-\d+")
 class Static(NamedTuple):
     """What botocore would find for a store whose configuration is all in its options and
     the environment (see :func:`static`): where buckets are, the region signed for, the
-    credentials (None: unsigned)."""
+    credentials (None: unsigned), the CA bundle that verifies https endpoints."""
 
     endpoint: str | None
     region: str
     scheme: str
     credentials: Credentials | None
+    cafile: str | None
 
     def bucket(self, bucket: str) -> _Bucket | None:
         """Where ``bucket``'s keys are, as botocore's presigned URLs put them: below the
@@ -200,8 +204,9 @@ def static(options: Mapping[str, Any]) -> Static | None:
     scheme = "https" if options.get("use_ssl", True) else "http"
     if endpoint is not None and not options.get("use_ssl", True):
         return None  # (botocore's own rewriting of the endpoint's scheme)
+    cafile = env.get("AWS_CA_BUNDLE")
     if options.get("anon"):
-        return Static(endpoint, region, scheme, None)
+        return Static(endpoint, region, scheme, None, cafile)
     key = options.get("key", options.get("username"))
     secret = options.get("secret", options.get("password"))
     token = options.get("token")
@@ -218,7 +223,7 @@ def static(options: Mapping[str, Any]) -> Static | None:
         token = shared.get("aws_session_token") or None
     if not key or not secret:
         return None
-    return Static(endpoint, region, scheme, Credentials(key, secret, token))
+    return Static(endpoint, region, scheme, Credentials(key, secret, token), cafile)
 
 
 def _default_profile(path: str, section: str, allowed: set[str]) -> dict[str, str] | None:
@@ -257,7 +262,7 @@ class S3Transport:
         self.options = dict(options)
         self.static = static(options)
         #: the certificates that verify https endpoints (botocore's ca_bundle setting)
-        self.cafile = os.environ.get("AWS_CA_BUNDLE") if self.static else None
+        self.cafile = None if self.static is None else self.static.cafile
         self._buckets: dict[str, _Bucket] = {}
         self._client: Any = None
         self._making: asyncio.Future | None = None
