@@ -8,6 +8,7 @@ ones against urllib reading the same URL."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 import socketserver
 import struct
@@ -79,8 +80,28 @@ class _Handler(socketserver.BaseRequestHandler):
             lines = head.decode().split("\r\n")
             method, path, _ = lines[0].split(" ")
             self.server.seen.append((method, path, lines[1:]))
+            self.pending = pending
             if not self.answer(method, path):
                 return
+            pending = self.pending
+
+    def _receive(self, n: int) -> bytes:
+        """The request's body of ``n`` bytes (in small reads with pauses, trickled)."""
+        got, self.pending = self.pending[:n], self.pending[n:]
+        rng = np.random.default_rng(n)
+        while len(got) < n:
+            piece = self.request.recv(min(n - len(got), int(rng.integers(1, 20_000))
+                                          if self.server.trickle else 1 << 20))
+            if not piece:
+                break
+            got += piece
+            if self.server.trickle and rng.random() < 0.01:
+                time.sleep(0.002)
+        return got
+
+    def _length(self) -> int:
+        return int(next(h.split(":")[1] for h in self.server.seen[-1][2]
+                        if h.lower().startswith("content-length:")))
 
     def answer(self, method: str, path: str) -> bool:
         """Send the answer to ``path``; whether the connection stays open."""
@@ -141,6 +162,20 @@ class _Handler(socketserver.BaseRequestHandler):
             self._send(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode()
                        + body[:100])
             time.sleep(0.6)
+            return False
+        if kind == "put":  # (takes the body; answers with its length and SHA-256)
+            said = b"%d %s" % (self._length(), hashlib.sha256(self._receive(self._length()))
+                                .hexdigest().encode())
+            self._send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(said), said))
+            return True
+        if kind == "refuse":  # (answers before the body, which it never reads, and closes)
+            self._send(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\nConnection: close"
+                       b"\r\n\r\ndenied")
+            self.request.shutdown(socket.SHUT_WR)
+            time.sleep(0.2)  # (then drops the rest, as servers that linger do)
+            return False
+        if kind == "hold":  # (reads no byte of the body)
+            time.sleep(1.0)
             return False
         if kind == "once":  # (answers, then closes the connection while it is idle)
             self._send(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode() + body)
@@ -390,3 +425,59 @@ def test_a_refused_connection_is_a_transient_error():
     with pytest.raises(ConnectionError) as e:
         _run(_get(f"http://127.0.0.1:{port}/len/1"))
     assert transient(e.value)
+
+
+def _send(url: str, parts: list, stall: float | None = 5.0,
+          method: str = "PUT") -> tuple[int, bytes]:
+    async def main():
+        async with client().request(method, url, {}, stall, body=parts) as answer:
+            return answer.status, bytes(await answer.read())
+
+    return _run(main())
+
+
+@pytest.mark.parametrize("sizes", [[0], [1], [300_001], [5 << 20, 0, 123, 3 << 20]])
+def test_request_bodies_arrive_whole_in_order_and_keep_the_connection(server, sizes):
+    """Bodies in parts (bytes, memoryviews of other item sizes), taken by the server in
+    small reads with pauses (trickled) or large ones."""
+    srv, base = server
+    rng = np.random.default_rng(sum(sizes))
+    parts = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
+    parts[-1:] = [memoryview(np.frombuffer(parts[-1], np.uint8)) if sizes[-1] % 4
+                  else memoryview(np.frombuffer(parts[-1], np.uint32))]
+    whole = b"".join(bytes(p) for p in parts)
+
+    async def main():
+        said = []
+        for _ in range(2):
+            async with client().request("PUT", f"{base}/put", {}, 5.0, body=parts) as answer:
+                said.append(bytes(await answer.read()))
+        return said
+
+    expected = b"%d %s" % (len(whole), hashlib.sha256(whole).hexdigest().encode())
+    assert _run(main()) == [expected, expected] and srv.connections == 1
+
+
+def test_an_answer_before_the_whole_body_is_the_answer(server):
+    """A server that refuses a request without reading its body: its answer, not a
+    connection error."""
+    _, base = server
+    assert _send(f"{base}/refuse", [bytes(32 << 20)]) == (403, b"denied")
+
+
+def test_a_server_that_takes_no_byte_of_a_body_times_out():
+    srv = _Server(False)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError) as e:
+            _send(f"http://127.0.0.1:{srv.server_address[1]}/hold", [bytes(64 << 20)], 0.3)
+        assert transient(e.value) and time.monotonic() - t0 < 0.9
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_request_with_a_body_is_not_redirected(server):
+    _, base = server
+    assert _send(f"{base}/redirect/0", [b"x" * 10])[0] == 302

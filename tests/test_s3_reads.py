@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import numpy as np
 import pytest
-from botocore.auth import S3SigV4Auth
+from botocore.auth import S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 
@@ -27,19 +27,21 @@ from shardvol import Volume
 from shardvol.errors import StoreError
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.s3_reads import S3Reads, _Bucket, botocore_client
-from shardvol.kvstore.sigv4 import Credentials, signed_headers
+from shardvol.kvstore.sigv4 import Credentials, payload_hash, signed_headers
 
 from .s3_server import new_bucket, public_http_url
 
 
 def _botocore_signature(method: str, url: str, headers: dict[str, str],
-                        creds: Credentials, region: str, service: str) -> str:
-    """The Authorization header botocore's S3 signer makes for the same request at the
-    time the headers state (as a server that checks signatures recomputes it)."""
-    request = AWSRequest(method=method, url=url,
+                        creds: Credentials, region: str, service: str, body: bytes) -> str:
+    """The Authorization header botocore's S3 signer makes for the same request (with
+    ``body``, whose hash it checks) at the time the headers state (as a server that checks
+    signatures recomputes it)."""
+    request = AWSRequest(method=method, url=url, data=body,
                          headers={k: v for k, v in headers.items() if k != "Authorization"})
     request.context["timestamp"] = headers["X-Amz-Date"]
     auth = S3SigV4Auth(BotoCredentials(*creds), service, region)
+    assert SigV4Auth.payload(auth, request) == headers["X-Amz-Content-SHA256"]
     canonical = auth.canonical_request(request)
     signature = auth.signature(auth.string_to_sign(request, canonical), request)
     scope = f"{headers['X-Amz-Date'][:8]}/{region}/{service}/aws4_request"
@@ -48,8 +50,9 @@ def _botocore_signature(method: str, url: str, headers: dict[str, str],
 
 
 def test_signatures_are_botocores():
-    """Random keys (any characters, percent-encoded as S3 takes them), hosts, ports,
-    credentials with and without a session token, regions, services, times."""
+    """Random methods, bodies (hashed in parts), keys (any characters, percent-encoded as
+    S3 takes them), hosts, ports, credentials with and without a session token, regions,
+    services, times."""
     rng = np.random.default_rng(7)
     alphabet = [*"abcXYZ019-_.~/ !*'()&$@=;:+,?#[]%\"<>^`{|}", "é", "✓", "\xa0"]
     for _ in range(200):
@@ -64,10 +67,14 @@ def test_signatures_are_botocores():
         service = str(rng.choice(["s3", "s3-object-lambda"]))
         now = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(
             seconds=int(rng.integers(0, 10 ** 9)))
-        method = str(rng.choice(["GET", "HEAD"]))
-        headers = signed_headers(method, url, creds, region, service, now)
+        method = str(rng.choice(["GET", "HEAD", "PUT", "DELETE"]))
+        body = rng.bytes(int(rng.integers(0, 3000))) if method == "PUT" else b""
+        cuts = sorted(rng.integers(0, len(body) + 1, 3))
+        parts = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
+        headers = signed_headers(method, url, creds, region, service, now,
+                                 payload_hash(parts))
         assert headers["Authorization"] == _botocore_signature(method, url, headers, creds,
-                                                               region, service), url
+                                                               region, service, body), url
         assert headers["X-Amz-Date"] == now.strftime("%Y%m%dT%H%M%SZ")
         assert ("X-Amz-Security-Token" in headers) == (creds.token is not None)
 
@@ -181,9 +188,11 @@ class _OtherRegion:
                              + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
-def test_a_bucket_in_another_region_is_read_through_botocore(s3):
-    """S3 says the bucket is elsewhere: that read and the later ones of the bucket go
-    through botocore (which follows S3 there), with the same answers."""
+@pytest.mark.parametrize("first", ["get", "set", "set_if", "delete"])
+def test_a_bucket_in_another_region_is_read_and_written_through_botocore(s3, first):
+    """S3 says the bucket is elsewhere: that request and the later ones of the bucket,
+    reads and writes, go through botocore (which follows S3 there), with the same
+    answers."""
     bucket = new_bucket()
     store = FsspecStore(bucket, skip_instance_cache=True)
     store.set("k", b"value")
@@ -193,9 +202,15 @@ def test_a_bucket_in_another_region_is_read_through_botocore(s3):
     name = bucket.removeprefix("s3://")
     reads.direct.transport._buckets[name] = _Bucket(f"{elsewhere.url}/{name}/", "us-east-1",
                                                     "s3")
-    assert store.get("k") == b"value"
-    assert store.get("k", (1, 3)) == b"al"
-    assert store.get("absent") is None
+    ops = {"get": lambda: store.get("k") == b"value",
+           "set": lambda: store.set("k2", b"two") is None,
+           "set_if": lambda: store.set_if("k3", b"three", None),
+           "delete": lambda: store.delete("gone") is None}
+    assert ops.pop(first)() and all(op() for op in ops.values())
+    assert store.get("k", (1, 3)) == b"al" and store.get("absent") is None
+    assert not store.set_if("k3", b"other", None) and store.get("k3") == b"three"
+    store.delete("k2")
+    assert store.get("k2") is None
     assert elsewhere.requests == 1
     elsewhere.sock.close()
 
@@ -221,27 +236,38 @@ def test_stores_share_botocores_parsed_models(s3):
         "data_loader")
 
 
-def test_a_store_that_only_reads_makes_no_s3fs_filesystem(s3):
-    """Reads take botocore's own client for the bucket's URL and credentials: a process
-    that opens a volume and reads it imports neither s3fs, aiobotocore nor aiohttp (a fresh
-    process's largest imports); a write makes s3fs's filesystem then, and a store pickled
-    before its first read reads where it is unpickled."""
+def test_a_store_that_reads_and_writes_makes_no_s3fs_filesystem(s3):
+    """Reads and writes take botocore's own client for the bucket's URL and credentials (or
+    none): a process that writes a volume, takes a lock, updates by compare-and-swap and
+    reads imports neither s3fs, aiobotocore nor aiohttp (a fresh process's largest
+    imports); a listing makes s3fs's filesystem then, and a store pickled before its first
+    read reads where it is unpickled."""
     bucket = new_bucket()
     data = np.random.default_rng(4).integers(0, 255, (30, 20, 10, 1), dtype=np.uint8)
-    Volume.create(f"{bucket}/v", size=data.shape[:3], data_type="uint8",
-                  chunk_size=[16, 16, 8])[...] = data
-    script = ("import sys, shardvol\n"
+    script = ("import sys, numpy as np, shardvol\n"
+              "from shardvol.kvstore.fsspec_store import FsspecStore\n"
+              "data = np.random.default_rng(4).integers(0, 255, (30, 20, 10, 1), np.uint8)\n"
+              "shardvol.Volume.create(sys.argv[1], size=data.shape[:3], data_type='uint8',\n"
+              "                       chunk_size=[16, 16, 8])[...] = data\n"
+              "store = FsspecStore(sys.argv[1])\n"
+              "with store.lock('locked'):\n"
+              "    store.set('locked', b'1')\n"
+              "assert store.set_if('cas', b'a', None) and not store.set_if('cas', b'b', None)\n"
+              "store.delete('locked')\n"
               "vol = shardvol.open(sys.argv[1])\n"
               "print(vol[...].sum(), sorted({m.split('.')[0] for m in sys.modules\n"
               "      if m.split('.')[0] in ('s3fs', 'aiobotocore', 'aiohttp')}))\n")
     done = subprocess.run([sys.executable, "-c", script, f"{bucket}/v"], capture_output=True,
                           text=True, timeout=120)
     assert done.stdout.split() == [str(int(data.sum())), "[]"], done.stderr
+    assert [k for k in FsspecStore(f"{bucket}/v").list() if "/" not in k] == ["cas", "info"]
     store = FsspecStore(f"{bucket}/v", skip_instance_cache=True)
+    assert store.get("cas") == b"a"
     again = pickle.loads(pickle.dumps(store))
     assert np.array_equal(Volume(again)[...], data) and again._fs is None
     store.set("k", b"v")
-    assert store._fs is not None and again.get("k") == b"v"
+    assert store._fs is None and again.get("k") == b"v"
+    assert "k" in store.list() and store._fs is not None
 
 
 def test_no_credentials_anywhere_is_an_error_that_says_so(s3, tmp_path):

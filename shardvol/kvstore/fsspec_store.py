@@ -57,10 +57,12 @@ from shardvol.kvstore.lease import (
 from shardvol.kvstore.remote import Requests, exiting, run_on, start_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
-from shardvol.kvstore.s3_conditional import S3ConditionalObjects
+from shardvol.kvstore.s3_conditional import ConditionalCalls, S3ConditionalObjects
 from shardvol.kvstore.s3_multipart import check_part_size, upload
 from shardvol.kvstore.s3_reads import S3Reads
 from shardvol.kvstore.s3_reads import plain as s3_plain
+from shardvol.kvstore.s3_writes import S3DirectObjects
+from shardvol.kvstore.sigv4 import payload_hash
 from shardvol.kvstore.versioned_reads import (
     VersionedReads,
     http_plain,
@@ -159,21 +161,29 @@ class FsspecStore(KVStore):
         self.lease_ttl, self.lock_timeout = lease_ttl or default_lease_ttl(), lock_timeout
         self.conflict_timeout = lock_timeout
         self._objects: ConditionalObjects | None = None  # for leases
-        self._cas: S3ConditionalObjects | None = None  # for set_if, delete_if
+        self._cas: ConditionalCalls | None = None  # for set_if, delete_if
         # the GETs of S3, GCS and HTTP(S) reads, which read the status and Content-Range
         # and return versions: (url, range, version) -> (value, version); else fsspec's
         self._gets: VersionedReads | None = None
         self._versions_field = "ETag"  # (the metadata field of the versions reads give)
+        # S3's PUTs and DELETEs through shardvol's client (else: the filesystem's)
+        self._direct: S3DirectObjects | None = None
         fs = partial(getattr, self, "fs")  # (the filesystem, made at first use)
         if protocols & S3_PROTOCOLS:
             # lease requests outside the process's budget: a renewal must not wait behind
             # bulk reads (its holder would lose the lease)
-            s3 = S3ConditionalObjects(fs, Requests(policy, process_budget=False))
-            self._objects = s3
-            self._gets = (S3Reads(storage_options, s3, policy.stall)
-                          if s3_plain(storage_options) else s3)
-            if versioned_reads:  # (the versions that set_if compares are the reads' ETags)
-                self._cas = S3ConditionalObjects(fs, self.requests)
+            leases = S3ConditionalObjects(fs, Requests(policy, process_budget=False))
+            cas = S3ConditionalObjects(fs, self.requests)
+            self._gets, self._objects, self._cas = leases, leases, cas
+            if s3_plain(storage_options):
+                reads = S3Reads(storage_options, leases, policy.stall)
+                loop = partial(getattr, self, "_loop")
+                self._gets = reads
+                self._direct = S3DirectObjects(reads, cas, loop, self._written)
+                self._objects = S3DirectObjects(reads, leases, loop, self._written)
+                self._cas = self._direct
+            if not versioned_reads:  # (the versions set_if compares are the reads' ETags)
+                self._cas = None
         elif protocols & GCS_PROTOCOLS and (self._fs is None or gcs_plain(self._fs)):
             self._gets = gcs_reads(GoogleAuth(storage_options) if self._fs is None
                                    else GcsfsAuth(self._fs), policy.stall)
@@ -505,15 +515,26 @@ class FsspecStore(KVStore):
         return attempt
 
     def set(self, key: str, value: bytes) -> None:
+        self._put(key, [bytes(value)])
+
+    def set_parts(self, key: str, parts: Sequence[bytes | memoryview]) -> None:
+        """The parts joined, as one object (sent without joining them, but to a
+        filesystem)."""
+        self._put(key, list(parts) if self._direct is not None else [b"".join(parts)])
+
+    def _put(self, key: str, parts: list[bytes | memoryview]) -> None:
         self._require_writable(key)
         self._check_lease(key)
-        path, data = self._path(key), bytes(value)
+        path = self._path(key)
+        direct = self._direct
         try:
-            if self._multipart(key, data):
-                self._upload(path, data)
+            if self._multipart(key, sum(memoryview(p).nbytes for p in parts)):
+                self._upload(path, b"".join(parts))
                 return
-            self._run(f"PUT {self.url}/{key}",
-                      self._leased(key, lambda: self.fs._pipe_file(path, data)),
+            (data,) = parts if direct is None else [b""]  # (see set_parts)
+            put = (partial(direct.put, path, parts, payload_hash(parts)) if direct is not None
+                   else lambda: self.fs._pipe_file(path, data))
+            self._run(f"PUT {self.url}/{key}", self._leased(key, put),
                       lambda: self.fs.pipe_file(path, data))
         except StoreError:
             raise
@@ -522,10 +543,16 @@ class FsspecStore(KVStore):
         finally:
             self._forget_in_flight(path)
 
-    def _multipart(self, key: str, data: bytes) -> bool:
-        """Whether ``data`` goes to S3 as a multipart upload (values written under a
-        lease, small metadata, stay one PUT checked against the lease)."""
-        return (self._objects is not None and len(data) >= self.multipart_threshold
+    def _written(self, path: str) -> None:
+        """After a write of ``path`` not through the filesystem: its listings cached are
+        stale."""
+        if self._fs is not None:
+            self._fs.invalidate_cache(path)
+
+    def _multipart(self, key: str, size: int) -> bool:
+        """Whether a value of ``size`` bytes goes to S3 as a multipart upload (values
+        written under a lease, small metadata, stay one PUT checked against the lease)."""
+        return (self._objects is not None and size >= self.multipart_threshold
                 and key not in self._leases)
 
     def _upload(self, path: str, data: bytes, if_none_match: bool = False) -> str | None:
@@ -548,7 +575,7 @@ class FsspecStore(KVStore):
         path, data = self._path(key), bytes(value)
         try:
             if version is None:
-                if self._multipart(key, data):
+                if self._multipart(key, len(data)):
                     return self._upload(path, data, if_none_match=True) is not None
                 return cas.create(path, data) is not None
             if len(data) > _MAX_PUT:
@@ -572,7 +599,7 @@ class FsspecStore(KVStore):
         finally:
             self._forget_in_flight(path)
 
-    def _conditional(self, key: str) -> S3ConditionalObjects:
+    def _conditional(self, key: str) -> ConditionalCalls:
         if self._cas is None:
             raise NotImplementedError(f"{self.url} has no conditional writes ({key!r})")
         return self._cas
@@ -581,10 +608,11 @@ class FsspecStore(KVStore):
         self._require_writable(key)
         self._check_lease(key)
         path = self._path(key)
+        direct = self._direct
         try:
-            self._run(f"DELETE {self.url}/{key}",
-                      self._leased(key, lambda: self.fs._rm_file(path)),
-                      lambda: self.fs.rm_file(path))
+            self._run(f"DELETE {self.url}/{key}", self._leased(key, (
+                partial(direct.remove, path) if direct is not None
+                else lambda: self.fs._rm_file(path))), lambda: self.fs.rm_file(path))
         except FileNotFoundError:
             pass
         except StoreError:

@@ -1,4 +1,5 @@
-"""An HTTP/1.1 client for GETs whose bodies land straight in the reader's buffer.
+"""An HTTP/1.1 client for GETs whose bodies land straight in the reader's buffer, and for
+the PUTs of object stores.
 
 aiohttp hands a body over as the pieces it received, each a fresh bytes object that the
 reader then copies into place: two copies of every byte and an allocation per piece.
@@ -7,16 +8,18 @@ the buffer the value will live in (a shard read whole, a chunk's bytes), so the 
 copy is the only one.  On a 2-core machine this roughly halves the CPU time of receiving a
 shard.
 
-What it speaks: ``GET``/``HEAD`` over HTTP/1.1 or HTTP/1.0 (plain or TLS with the
-system's certificates), bodies framed by ``Content-Length``, by chunked transfer coding
-or by the end of the connection, redirects (up to 10), keep-alive connections pooled per
-host and event loop.  What it does not: proxies, cookies, client certificates, HTTP/2;
-stores configured with any of those keep fsspec's aiohttp session (see
-:mod:`shardvol.kvstore.versioned_reads`).  Bodies are not content-decoded.
+What it speaks: any method over HTTP/1.1 or HTTP/1.0 (plain or TLS with the system's
+certificates); request bodies of a known length, in parts (not joined first), sent as
+the server takes them; answers framed by ``Content-Length``, by chunked transfer coding or
+by the end of the connection; redirects of requests without a body (up to 10); keep-alive
+connections pooled per host and event loop.  What it does not: proxies, cookies, client
+certificates, HTTP/2; stores configured with any of those keep fsspec's aiohttp session
+(see :mod:`shardvol.kvstore.versioned_reads`).  Bodies are not content-decoded.
 
 Failures the retry policy knows as transient (see :mod:`shardvol.kvstore.retry`):
 ``ConnectionError`` for a connection refused, unreachable, or closed before the answer or
-the body's end; ``TimeoutError`` for ``stall`` seconds without a byte.  An answer that is
+the body's end; ``TimeoutError`` for ``stall`` seconds without a byte received, or without
+one of the request's body taken by the server.  An answer that is
 not HTTP/1 is an :class:`HttpProtocolError` (a StoreError: not retried).  A status that the
 caller does not want is its :class:`HttpStatusError`.
 """
@@ -29,7 +32,7 @@ import os
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from urllib.parse import urljoin, urlsplit
 
 from shardvol.errors import StoreError
@@ -47,6 +50,9 @@ _HEAD_END = re.compile(rb"\r?\n\r?\n")
 #: Request headers not sent on to another origin by a redirect.
 _CREDENTIALS = frozenset({"authorization", "cookie", "proxy-authorization"})
 _MAX_REDIRECTS = 10
+#: Bytes of a request's body handed to the transport at a time (it copies what the socket
+#: does not take at once, and says when to wait)
+_SEND_PIECE = 256 << 10
 
 
 class HttpStatusError(Exception):
@@ -188,6 +194,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._sunk = 0
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
+        self._drained: asyncio.Future[None] | None = None  # (while writing is paused)
         self.lost: BaseException | None = None  # (set once the connection is gone)
         self.eof = False
         self.received = 0  # bytes received since the last request was sent
@@ -199,6 +206,17 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = exc or ConnectionResetError("the connection was closed")
         self._wake()
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None:
+            if not self._drained.done():
+                self._drained.set_result(None)
+            self._drained = None
 
     def buffered(self) -> int:
         """Bytes received and not taken yet."""
@@ -364,6 +382,32 @@ class _Connection(asyncio.BufferedProtocol):
         self.received = 0
         self.transport.write(request)
 
+    async def send_body(self, parts: Sequence[bytes | memoryview], url: str) -> bool:
+        """Write a request's body as the server takes it: a piece at a time, waiting
+        while the transport's buffer is full (TimeoutError after ``stall`` seconds in
+        which the server took nothing).  Stops early once the server has answered or
+        closed the connection (an error it sends before the whole body); whether the
+        whole body was sent."""
+        assert self.transport is not None
+        for part in parts:
+            view = memoryview(part).cast("B")
+            for at in range(0, len(view), _SEND_PIECE):
+                if self.lost is not None or self.eof or self._end > self._start:
+                    return False
+                self.transport.write(view[at:at + _SEND_PIECE])
+                drained = self._drained
+                if drained is not None:
+                    timer = None
+                    if self.stall is not None:
+                        timer = self.loop.call_later(self.stall, _time_out, drained,
+                                                     self.stall, url)
+                    try:
+                        await drained
+                    finally:
+                        if timer is not None:
+                            timer.cancel()
+        return True
+
     def close(self) -> None:
         self._sink = None
         if self.transport is not None:
@@ -439,13 +483,17 @@ class Client:
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, url: str, headers: Mapping[str, str],
-                      stall: float | None, cafile: str | None = None) -> AsyncIterator[Answer]:
-        """The answer to ``method url`` once its head is in (redirects followed); its
+                      stall: float | None, cafile: str | None = None,
+                      body: Sequence[bytes | memoryview] | None = None
+                      ) -> AsyncIterator[Answer]:
+        """The answer to ``method url`` once its head is in (redirects followed, for a
+        request without a ``body``: its parts, sent in turn with their total length); its
         connection goes back to the pool if its body was read whole.  ``cafile``: the
         certificates that verify https servers (default: the system's)."""
         for _ in range(_MAX_REDIRECTS + 1):
-            conn, answer = await self._exchange(method, url, headers, stall, cafile)
-            if answer.status in _REDIRECTS and "location" in answer.headers:
+            conn, answer = await self._exchange(method, url, headers, stall, cafile, body)
+            if (answer.status in _REDIRECTS and "location" in answer.headers
+                    and body is None):
                 await self._finish(conn, answer, drain=True)
                 target = urljoin(url, answer.headers["location"])
                 here, there = _origin(url), _origin(target)
@@ -464,7 +512,8 @@ class Client:
         raise StoreError(f"{url}: more than {_MAX_REDIRECTS} redirects")
 
     async def _exchange(self, method: str, url: str, headers: Mapping[str, str],
-                        stall: float | None, cafile: str | None
+                        stall: float | None, cafile: str | None,
+                        body: Sequence[bytes | memoryview] | None
                         ) -> tuple[_Connection, Answer]:
         parts = urlsplit(url)
         scheme, host = parts.scheme.lower(), parts.hostname or ""
@@ -476,6 +525,8 @@ class Client:
             authority += f":{port}"
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         fields = {"Host": authority, "Accept": "*/*", **headers}
+        if body is not None:
+            fields["Content-Length"] = str(sum(memoryview(p).nbytes for p in body))
         for name, value in fields.items():
             if any(c in f"{name}{value}" for c in "\r\n\0"):
                 raise ValueError(f"{url}: header {name!r} holds a line break or NUL")
@@ -492,8 +543,11 @@ class Client:
             conn.stall = stall
             try:
                 conn.send(request)
+                sent = body is None or await conn.send_body(body, url)
                 version, status, reason, fields_in = await conn.read_head(url)
-                return conn, Answer(conn, url, method, version, status, reason, fields_in)
+                answer = Answer(conn, url, method, version, status, reason, fields_in)
+                answer.reusable = answer.reusable and sent  # (the server's next read: ours)
+                return conn, answer
             except ConnectionResetError:
                 conn.close()
                 if reused and conn.received == 0:  # (closed by the server while idle)

@@ -1,4 +1,5 @@
-"""S3's conditional requests through s3fs's client: writes and deletes (``If-None-Match``
+"""S3's conditional requests (through s3fs's client here; through shardvol's, see
+:mod:`shardvol.kvstore.s3_writes`): writes and deletes (``If-None-Match``
 / ``If-Match``) for :mod:`shardvol.kvstore.lease` and for the compare-and-swap updates of
 values (FsspecStore.set_if, delete_if), and ranged reads that return the object's ETag and
 may require one (``If-Match``), for versioned reads (see FsspecStore); an object stored
@@ -24,7 +25,7 @@ CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
 MISSING = {"NoSuchKey", "404"}  # (no such object; "404": a HEAD's, which has no body)
 
 
-class _Outcome:
+class Outcome:
     """How a conditional call ended: its response, or why not (the S3 error code of a
     failed condition or an absent object)."""
 
@@ -34,12 +35,13 @@ class _Outcome:
         self.attempts = 0
 
 
-class S3ConditionalObjects:
-    """Conditional operations on the objects of an ``s3fs.S3FileSystem``, each retried on
-    transient failures.
+class ConditionalCalls:
+    """Conditional operations on S3 objects, made of one primitive, :meth:`_call` (a
+    request named as botocore names it: ``put_object``, ``get_object``, ``delete_object``,
+    with its ``Body``, ``IfMatch``, ``IfNoneMatch``), each retried on transient failures.
 
     A conditional write whose answer was lost (a dropped connection) may have succeeded
-    before it is sent again (by these retries, or by aiohttp, which resends idempotent
+    before it is sent again (by these retries, or by a client that resends idempotent
     requests on a closed keep-alive connection); the repeat then fails its condition.
     So a create or replace that fails its condition but finds the object holding exactly
     its body has succeeded (lease bodies are unique; for other values the object then holds
@@ -47,46 +49,12 @@ class S3ConditionalObjects:
     the object gone is done.
     """
 
-    def __init__(self, fs: Callable[[], Any], runner: Requests) -> None:
-        """``fs()``: the filesystem (a store makes it at first use)."""
-        self._fs = fs
-        self.runner = runner
+    def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> Outcome:
+        """The request, retried; its outcome (a failed condition and an absent object are
+        outcomes, other failures StoreErrors)."""
+        raise NotImplementedError
 
-    @property
-    def fs(self) -> Any:
-        return self._fs()
-
-    def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> _Outcome:
-        """The client call (with the object's body read, for get_object)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        bucket, key, _ = self.fs.split_path(path)
-        outcome = _Outcome()
-
-        async def attempt() -> dict:
-            outcome.attempts += 1
-            client = await self.fs.set_session()
-            call = getattr(client, method)
-            out: dict = await call(**call_kwargs(self.fs, call, Bucket=bucket, Key=key, **kwargs))
-            if read_body:
-                out["Body"] = await _read_body(out["Body"])
-            return out
-
-        try:
-            outcome.out = run_on(self.fs.loop, self.runner.one(attempt, f"S3 {method} {path}"))
-        except ClientError as e:
-            code = e.response.get("Error", {}).get("Code")
-            if code not in CONFLICT | MISSING:
-                raise StoreError(f"cannot {method} {path}: {e}") from e
-            outcome.code = code
-        except StoreError:
-            raise
-        except (BotoCoreError, OSError) as e:  # unreachable endpoint, credentials, ...
-            raise StoreError(f"cannot {method} {path}: {e}") from e
-        self.fs.invalidate_cache(path)
-        return outcome
-
-    def _ours(self, path: str, outcome: _Outcome, body: bytes) -> str | None:
+    def _ours(self, path: str, outcome: Outcome, body: bytes) -> str | None:
         """The version of the object a conditional write wrote, or None if its condition
         failed: unless the object holds ``body`` (the write went through, then its answer
         was lost and a repeat failed the condition)."""
@@ -118,6 +86,49 @@ class S3ConditionalObjects:
         outcome = self._call("delete_object", path, IfMatch=version)
         return (outcome.out is not None or outcome.code in MISSING
                 or (repeat_is_done and outcome.attempts > 1 and outcome.code in CONFLICT))
+
+
+class S3ConditionalObjects(ConditionalCalls):
+    """Conditional operations on the objects of an ``s3fs.S3FileSystem`` (see
+    ConditionalCalls), and its reads (for buckets shardvol's client does not sign for)."""
+
+    def __init__(self, fs: Callable[[], Any], runner: Requests) -> None:
+        """``fs()``: the filesystem (a store makes it at first use)."""
+        self._fs = fs
+        self.runner = runner
+
+    @property
+    def fs(self) -> Any:
+        return self._fs()
+
+    def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> Outcome:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, key, _ = self.fs.split_path(path)
+        outcome = Outcome()
+
+        async def attempt() -> dict:
+            outcome.attempts += 1
+            client = await self.fs.set_session()
+            call = getattr(client, method)
+            out: dict = await call(**call_kwargs(self.fs, call, Bucket=bucket, Key=key, **kwargs))
+            if read_body:
+                out["Body"] = await _read_body(out["Body"])
+            return out
+
+        try:
+            outcome.out = run_on(self.fs.loop, self.runner.one(attempt, f"S3 {method} {path}"))
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            if code not in CONFLICT | MISSING:
+                raise StoreError(f"cannot {method} {path}: {e}") from e
+            outcome.code = code
+        except StoreError:
+            raise
+        except (BotoCoreError, OSError) as e:  # unreachable endpoint, credentials, ...
+            raise StoreError(f"cannot {method} {path}: {e}") from e
+        self.fs.invalidate_cache(path)
+        return outcome
 
     async def read_one(self, path: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> tuple[Any, str | None]:

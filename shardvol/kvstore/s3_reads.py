@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
@@ -31,7 +31,7 @@ from shardvol.errors import StoreError
 from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.http_client import HttpStatusError, client
 from shardvol.kvstore.s3_conditional import S3ConditionalObjects
-from shardvol.kvstore.sigv4 import Credentials, signed_headers
+from shardvol.kvstore.sigv4 import EMPTY_SHA256, Credentials, signed_headers
 from shardvol.kvstore.versioned_reads import (
     Answer,
     HttpVersionedReads,
@@ -264,6 +264,8 @@ class S3Transport:
         #: the certificates that verify https endpoints (botocore's ca_bundle setting)
         self.cafile = None if self.static is None else self.static.cafile
         self._buckets: dict[str, _Bucket] = {}
+        #: buckets whose requests go through botocore (see ToBotocore), once found out
+        self.elsewhere: set[str] = set()
         self._client: Any = None
         self._making: asyncio.Future | None = None
 
@@ -291,6 +293,8 @@ class S3Transport:
         return self._client
 
     async def _bucket(self, bucket: str) -> _Bucket:
+        if bucket in self.elsewhere:
+            raise ToBotocore(f"{bucket} is read through botocore")
         found = self._buckets.get(bucket)
         if found is None:
             if ":" in bucket or bucket.endswith("--x-s3"):  # (access points, S3 Express)
@@ -322,18 +326,29 @@ class S3Transport:
 
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
-                      stall: float | None, version: str | None) -> AsyncIterator[Answer]:
+                      stall: float | None, version: str | None,
+                      body: Sequence[bytes | memoryview] | None = None,
+                      sha256: str = EMPTY_SHA256) -> AsyncIterator[Answer]:
+        """The answer to ``method`` of the object at ``path`` (with ``body``, whose hash
+        is ``sha256``), signed; S3's errors raised (S3Error), but for an absent key
+        (404), a failed condition (412) and 304, 416.  ToBotocore if the bucket is one
+        botocore must take (it is then in ``elsewhere``)."""
         name, key = split(path)
-        bucket = await self._bucket(name)
-        url = bucket.prefix + quote(key, safe="/~")
-        headers = etag_condition(headers, version)
-        if bucket.region is not None:
-            headers = {**headers, **signed_headers(method, url, await self._credentials(),
-                                                   bucket.region, bucket.service)}
-        async with client().request(method, url, headers, stall, self.cafile) as r:
-            if r.status >= 300 and r.status not in (304, 412, 416):
-                await _raise_s3_error(r, f"s3://{path}", bucket)
-            yield r
+        try:
+            bucket = await self._bucket(name)
+            url = bucket.prefix + quote(key, safe="/~")
+            headers = etag_condition(headers, version)
+            if bucket.region is not None:
+                headers = {**headers, **signed_headers(method, url, await self._credentials(),
+                                                       bucket.region, bucket.service,
+                                                       payload=sha256)}
+            async with client().request(method, url, headers, stall, self.cafile, body) as r:
+                if r.status >= 300 and r.status not in (304, 412, 416):
+                    await _raise_s3_error(r, f"s3://{path}", bucket)
+                yield r
+        except ToBotocore:
+            self.elsewhere.add(name)
+            raise
 
 
 async def _raise_s3_error(r: Any, what: str, bucket: _Bucket) -> None:
@@ -352,7 +367,16 @@ async def _raise_s3_error(r: Any, what: str, bucket: _Bucket) -> None:
         raise StoreError(f"{what}: HTTP {r.status} {reason}")
     # (RequestTimeout: S3 waited too long for the request; retried as a 408)
     status = 408 if code == "RequestTimeout" else r.status
-    raise HttpStatusError(what, status, reason, r.headers)
+    raise S3Error(what, status, reason, r.headers, code)
+
+
+class S3Error(HttpStatusError):
+    """An error answer of S3, with its error code (``code``: "" if it sent none)."""
+
+    def __init__(self, url: str, status: int, reason: str, headers: Mapping[str, str],
+                 code: str) -> None:
+        super().__init__(url, status, reason, headers)
+        self.s3_code = code
 
 
 class S3Reads:
@@ -363,25 +387,21 @@ class S3Reads:
     def __init__(self, options: Mapping[str, Any], botocore: S3ConditionalObjects,
                  stall: float | None) -> None:
         self.botocore = botocore
-        self.direct = HttpVersionedReads(S3Transport(options), stall)
-        self._elsewhere: set[str] = set()  # buckets read through botocore
+        self.transport = S3Transport(options)
+        self.direct = HttpVersionedReads(self.transport, stall)
 
     def _direct(self, path: str) -> bool:
-        return split(path)[0] not in self._elsewhere
+        return split(path)[0] not in self.transport.elsewhere
 
     async def read_one(self, path: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> ReadResult:
         if self._direct(path):
-            try:
+            with contextlib.suppress(ToBotocore):
                 return await self.direct.read_one(path, byte_range, etag)
-            except ToBotocore:
-                self._elsewhere.add(split(path)[0])
         return await self.botocore.read_one(path, byte_range, etag)
 
     async def read_into(self, path: str, value: Arriving, arrived: Callable[[], None]) -> None:
         if self._direct(path):
-            try:
+            with contextlib.suppress(ToBotocore):  # (the first answer: no bytes came in)
                 return await self.direct.read_into(path, value, arrived)
-            except ToBotocore:  # (the first answer: no bytes came in)
-                self._elsewhere.add(split(path)[0])
         await self.botocore.read_into(path, value, arrived)

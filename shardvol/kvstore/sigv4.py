@@ -1,11 +1,12 @@
-"""AWS Signature Version 4 in request headers, for requests without a body (S3's GETs and
-HEADs): the headers to send with a request so that S3 (or a store that speaks its API)
-knows who sent it.
+"""AWS Signature Version 4 in request headers (S3's GETs, HEADs, PUTs and DELETEs): the
+headers to send with a request so that S3 (or a store that speaks its API) knows who sent
+it.
 
-The signed headers are ``host`` and the ``x-amz-*`` ones (AWS requires those; ``Range`` and
-``If-Match`` need not be signed).  The payload hash is that of the empty body.  A signing
-key depends only on the secret, the day, the region and the service, so it is derived once
-for each.
+The signed headers are ``host`` and the ``x-amz-*`` ones (AWS requires those; ``Range``,
+``If-Match`` and ``Content-Length`` need not be signed).  The payload's SHA-256 is signed
+too (S3 checks the body against it: a body changed on the way is refused).  A signing key
+depends only on the secret, the day, the region and the service, so it is derived once for
+each.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import datetime
 import functools
 import hashlib
 import hmac
+from collections.abc import Sequence
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -37,19 +39,27 @@ def _signing_key(secret: str, day: str, region: str, service: str) -> bytes:
     return key
 
 
+def payload_hash(parts: Sequence[bytes | memoryview]) -> str:
+    """The SHA-256 (hex) of a body sent as ``parts``."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()
+
+
 def signed_headers(method: str, url: str, credentials: Credentials, region: str,
-                   service: str = "s3", now: datetime.datetime | None = None
-                   ) -> dict[str, str]:
-    """The headers that sign ``method url`` (no query, no body) for ``service`` in
-    ``region``, at ``now`` (UTC; default: the clock): ``Host``, ``X-Amz-Date``,
-    ``X-Amz-Content-SHA256``, ``X-Amz-Security-Token`` (with a token) and
-    ``Authorization``.  The path of ``url`` is signed as it is written (already
-    percent-encoded, as S3 takes it)."""
+                   service: str = "s3", now: datetime.datetime | None = None,
+                   payload: str = EMPTY_SHA256) -> dict[str, str]:
+    """The headers that sign ``method url`` (no query) with a body whose SHA-256 is
+    ``payload`` (default: no body) for ``service`` in ``region``, at ``now`` (UTC;
+    default: the clock): ``Host``, ``X-Amz-Date``, ``X-Amz-Content-SHA256``,
+    ``X-Amz-Security-Token`` (with a token) and ``Authorization``.  The path of ``url``
+    is signed as it is written (already percent-encoded, as S3 takes it)."""
     parts = urlsplit(url)
     if parts.query:
         raise ValueError(f"{url}: a signed URL here carries no query")
     stamp = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    fields = {"host": parts.netloc.lower(), "x-amz-content-sha256": EMPTY_SHA256,
+    fields = {"host": parts.netloc.lower(), "x-amz-content-sha256": payload,
               "x-amz-date": stamp}
     if credentials.token:
         fields["x-amz-security-token"] = credentials.token
@@ -57,12 +67,12 @@ def signed_headers(method: str, url: str, credentials: Credentials, region: str,
     signed = ";".join(names)
     canonical = "\n".join([method, parts.path or "/", "",
                            "".join(f"{n}:{fields[n].strip()}\n" for n in names),
-                           signed, EMPTY_SHA256])
+                           signed, payload])
     scope = f"{stamp[:8]}/{region}/{service}/aws4_request"
     to_sign = "\n".join([ALGORITHM, stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     key = _signing_key(credentials.secret_key, stamp[:8], region, service)
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers = {"Host": fields["host"], "X-Amz-Date": stamp, "X-Amz-Content-SHA256": EMPTY_SHA256,
+    headers = {"Host": fields["host"], "X-Amz-Date": stamp, "X-Amz-Content-SHA256": payload,
                "Authorization": f"{ALGORITHM} Credential={credentials.access_key}/{scope}, "
                                 f"SignedHeaders={signed}, Signature={signature}"}
     if credentials.token:

@@ -1,0 +1,131 @@
+"""S3's PUTs and DELETEs through shardvol's HTTP client (the transport of the reads, see
+:mod:`shardvol.kvstore.s3_reads`), each signed with its body's SHA-256, which S3 checks:
+unconditional ones for a store's writes, conditional ones (``If-None-Match``,
+``If-Match``) for its leases and compare-and-swap updates (see
+:class:`~shardvol.kvstore.s3_conditional.ConditionalCalls`).  botocore's per-request
+work, some 2 ms of CPU a PUT through s3fs, is what bounded a store's writes of many small
+objects; and a store that writes no large object imports neither s3fs nor botocore.
+
+Buckets the client does not sign for (see ToBotocore) are written through s3fs's client
+from the first request that finds it out, as they are read; so are multipart uploads
+(:mod:`shardvol.kvstore.s3_multipart`) and listings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from shardvol.errors import StoreError
+from shardvol.kvstore.http_client import HttpStatusError
+from shardvol.kvstore.remote import run_on
+from shardvol.kvstore.s3_conditional import (
+    CONFLICT,
+    ConditionalCalls,
+    Outcome,
+    S3ConditionalObjects,
+)
+from shardvol.kvstore.s3_reads import S3Error, S3Reads, ToBotocore, split
+from shardvol.kvstore.sigv4 import EMPTY_SHA256, payload_hash
+from shardvol.kvstore.versioned_reads import entity
+
+_VERBS = {"put_object": "PUT", "get_object": "GET", "delete_object": "DELETE"}
+_CONDITIONS = {"IfMatch": "If-Match", "IfNoneMatch": "If-None-Match"}
+
+
+class S3DirectObjects(ConditionalCalls):
+    """The writes of a store whose reads are ``reads``: conditional ones retried by
+    ``botocore.runner`` on the I/O loop ``loop()`` (botocore, s3fs's client, takes the
+    buckets the client does not sign for); unconditional ones one attempt at a time
+    (:meth:`put`, :meth:`remove`), for the store to retry.  ``written(path)`` is called
+    after each write (s3fs's listings of the path are stale)."""
+
+    def __init__(self, reads: S3Reads, botocore: S3ConditionalObjects,
+                 loop: Callable[[], asyncio.AbstractEventLoop],
+                 written: Callable[[str], None]) -> None:
+        self.transport, self.stall = reads.transport, reads.direct.stall
+        self.botocore, self.runner = botocore, botocore.runner
+        self._loop, self._written = loop, written
+
+    def _elsewhere(self, path: str) -> bool:
+        return split(path)[0] in self.transport.elsewhere
+
+    async def put(self, path: str, parts: Sequence[bytes | memoryview], sha256: str) -> None:
+        """One attempt to write the object at ``path``: ``parts`` joined, whose SHA-256 is
+        ``sha256``."""
+        if not self._elsewhere(path):
+            try:
+                async with self.transport.request("PUT", path, {}, self.stall, None, parts,
+                                                  sha256) as r:
+                    r.raise_for_status()  # (S3's errors: raised by the transport)
+                    await r.read()
+                    return
+            except ToBotocore:
+                pass
+            finally:
+                self._written(path)
+        await self.botocore.fs._pipe_file(path, b"".join(parts))
+
+    async def remove(self, path: str) -> None:
+        """One attempt to delete the object at ``path`` (absent already: done)."""
+        if not self._elsewhere(path):
+            try:
+                async with self.transport.request("DELETE", path, {}, self.stall, None) as r:
+                    if r.status == 404:  # (its body read by the transport)
+                        return
+                    r.raise_for_status()  # (S3's errors: raised by the transport)
+                    await r.read()
+                    return
+            except ToBotocore:
+                pass
+            finally:
+                self._written(path)
+        try:
+            await self.botocore.fs._rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> Outcome:
+        if not self._elsewhere(path):
+            try:
+                return self._direct(method, path, **kwargs)
+            except ToBotocore:
+                pass
+        return self.botocore._call(method, path, read_body, **kwargs)
+
+    def _direct(self, method: str, path: str, **kwargs: Any) -> Outcome:
+        verb, outcome = _VERBS[method], Outcome()
+        body = kwargs.get("Body")
+        parts = None if body is None else [body]
+        sha256 = EMPTY_SHA256 if parts is None else payload_hash(parts)
+        headers = {_CONDITIONS[k]: v for k, v in kwargs.items() if k in _CONDITIONS}
+
+        async def attempt() -> dict | None:
+            outcome.attempts += 1
+            async with self.transport.request(verb, path, headers, self.stall, None, parts,
+                                              sha256) as r:
+                outcome.code = {412: "PreconditionFailed", 404: "NoSuchKey"}.get(r.status)
+                if outcome.code is not None:  # (its body: read by the transport, or not kept)
+                    return None
+                r.raise_for_status()  # (S3's errors: raised by the transport)
+                data = await r.read()
+                if verb == "GET":
+                    decoded = await entity(data, r.headers.get("content-encoding"), path)
+                    if isinstance(decoded, StoreError):
+                        raise decoded
+                    data = decoded
+                return {"ETag": r.headers.get("etag"), "Body": bytes(data)}
+
+        try:
+            outcome.out = run_on(self._loop(), self.runner.one(attempt, f"S3 {verb} {path}"))
+        except S3Error as e:
+            if e.s3_code not in CONFLICT:
+                raise StoreError(f"cannot {method} {path}: {e}") from e
+            outcome.code = e.s3_code
+        except (HttpStatusError, OSError) as e:  # (refused for good, TLS that fails, ...)
+            raise StoreError(f"cannot {method} {path}: {e}") from e
+        finally:
+            if verb != "GET":
+                self._written(path)
+        return outcome
