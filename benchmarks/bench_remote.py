@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -46,6 +47,7 @@ import urllib.error
 import urllib.request
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import fsspec
@@ -426,9 +428,10 @@ def bench_gcs(args: argparse.Namespace, sizes: bv.Sizes) -> None:
 
 
 def bench_s3_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
-    """Full reads and cutouts through the S3 API of a fast server: the fault server answers
-    path-style GETs of bucket ``basename(--data)`` from the benchmark's files, behind the
-    latency (moto, a Python server, bounds every client's reads).  shardvol (its client,
+    """Full reads, cutouts and full writes through the S3 API of a fast server: the fault
+    server answers path-style GETs and PUTs of bucket ``basename(--data)`` as the
+    benchmark's files, behind the latency (moto, a Python server, bounds every client's
+    requests).  shardvol (its client,
     signing each request), shardvol with its reads through botocore (as before, and as
     for options its client does not follow), TensorStore."""
     os.environ.update(_AWS_ENV)
@@ -439,10 +442,11 @@ def bench_s3_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
             return FsspecStore(f"s3://{bucket}/{n}", endpoint_url=server.url,
                                skip_instance_cache=True, **kw)
 
+        botocore = {"config_kwargs": {"retries": {"total_max_attempts": 1},
+                                      "tcp_keepalive": True}}
         opens: dict[str, Callable[[str], Any]] = {
             "shardvol": lambda n: _fresh(Volume(store(n))),
-            "shardvol via botocore": lambda n: _fresh(Volume(store(n, config_kwargs={
-                "retries": {"total_max_attempts": 1}, "tcp_keepalive": True}))),
+            "shardvol via botocore": lambda n: _fresh(Volume(store(n, **botocore))),
             "TensorStore": lambda n: ts.open({
                 "driver": "neuroglancer_precomputed",
                 "kvstore": _ts_s3(server.url, n, bucket)},
@@ -450,6 +454,8 @@ def bench_s3_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
         }
         _api_table(args, sizes, opens, "S3 API of the fault server (path-style GETs of the "
                    "files, behind the same latency)")
+        _writes_table(args, sizes, "s3", server.url, bucket, "botocore", botocore,
+                      "writes through the same S3 API (PUTs of the files)")
 
 
 def bench_gcs_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
@@ -481,6 +487,9 @@ def bench_gcs_files(args: argparse.Namespace, sizes: bv.Sizes) -> None:
         }
         _api_table(args, sizes, opens, "GCS JSON API of the fault server (media downloads "
                    "of the files, behind the same latency)")
+        _writes_table(args, sizes, "gs", server.url, bucket, "gcsfs",
+                      {"session_kwargs": {"trust_env": False}},
+                      "writes through the same GCS API (uploads of the files)")
 
 
 def _api_table(args: argparse.Namespace, sizes: bv.Sizes,
@@ -530,36 +539,83 @@ def bench_s3(args: argparse.Namespace, sizes: bv.Sizes) -> None:
                 print(f"| {ds.name} | {op} | {best['shardvol'] * 1000:,.0f} ms | "
                       f"{best['TensorStore'] * 1000:,.0f} ms | "
                       f"{best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
-            best = {}
-            for lib in ("shardvol", "TensorStore"):
-                times = []
-                for k in range(args.repeat):
-                    out = f"w-{lib}-{k}-{name}"
-                    t0 = time.perf_counter()
-                    if lib == "shardvol":
-                        vol = Volume.create(
-                            FsspecStore(f"s3://bench/{out}", endpoint_url=s3.proxy.url,
-                                        skip_instance_cache=True),
-                            size=source.shape[:3], type=ds.source,
-                            data_type=source.dtype.name, chunk_size=bv.CHUNK,
-                            encoding=ds.encoding, sharding=ds.sharding)
-                        vol[...] = source
-                    else:
-                        spec = bv.ts_create_spec("", ds, source)
-                        spec["kvstore"] = _ts_s3(s3.proxy.url, out)
-                        store = ts.open(spec).result()
-                        with ts.Transaction() as txn:
-                            store.with_transaction(txn).write(source).result()
-                    times.append(time.perf_counter() - t0)
-                    check = Volume(FsspecStore(f"s3://bench/{out}", endpoint_url=s3.upstream,
-                                               skip_instance_cache=True))[...]
-                    assert np.array_equal(check, source), f"{lib} wrote wrong voxels"
-                best[lib] = min(times)
+            best = _best_writes(ds, source, {
+                lib: partial(_remote_write, ds, source, lib, "s3", s3.proxy.url, "bench")
+                for lib in ("shardvol", "TensorStore")},
+                lambda out: Volume(FsspecStore(f"s3://bench/{out}", endpoint_url=s3.upstream,
+                                               skip_instance_cache=True))[...],
+                name, args.repeat)
             print(f"| {ds.name} | full write | {best['shardvol'] * 1000:,.0f} ms | "
                   f"{best['TensorStore'] * 1000:,.0f} ms | "
                   f"{best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
     finally:
         s3.close()
+
+
+def _writes_table(args: argparse.Namespace, sizes: bv.Sizes, scheme: str, endpoint: str,
+                  bucket: str, before: str, options: dict[str, Any], title: str) -> None:
+    """Full writes of the raw and raw sharded volumes into the fault server's files through
+    its S3 or GCS API (``scheme``): shardvol, shardvol through the client library it
+    replaced (``before``: the store's ``options`` keep it), TensorStore; best of
+    ``--repeat``."""
+    root = os.path.abspath(args.data)
+    print(f"\n{title}\n| dataset | operation | shardvol | shardvol via {before} "
+          "| TensorStore | TensorStore / shardvol |\n|---|---|---:|---:|---:|---:|")
+    for ds in [d for d in bv.DATASETS if d.name in ("raw", "raw sharded")]:
+        source = bv.source_array(ds, sizes)
+        writes = {lib: partial(_remote_write, ds, source, lib, scheme, endpoint, bucket)
+                  for lib in ("shardvol", "TensorStore")}
+        writes[f"shardvol via {before}"] = partial(_remote_write, ds, source, "shardvol",
+                                                   scheme, endpoint, bucket, **options)
+        best = _best_writes(ds, source, writes,
+                            lambda out: Volume(os.path.join(root, out))[...],
+                            ds.name.replace(" ", "-"), args.repeat,
+                            lambda out: shutil.rmtree(os.path.join(root, out)))
+        print(f"| {ds.name} | full write | {best['shardvol'] * 1000:,.0f} ms "
+              f"| {best[f'shardvol via {before}'] * 1000:,.0f} ms "
+              f"| {best['TensorStore'] * 1000:,.0f} ms "
+              f"| {best['TensorStore'] / best['shardvol']:.2f}x |", flush=True)
+
+
+def _remote_write(ds: bv.Dataset, source: np.ndarray, lib: str, scheme: str, endpoint: str,
+                  bucket: str, out: str, **options: Any) -> None:
+    """Write ``source`` as ``ds`` at ``out`` in ``bucket`` of the S3 or GCS API
+    (``scheme``) at ``endpoint`` with ``lib`` (shardvol's store ``options``; TensorStore
+    finds a GCS endpoint in its environment)."""
+    if lib == "TensorStore":
+        spec = bv.ts_create_spec("", ds, source)
+        spec["kvstore"] = (_ts_s3(endpoint, out, bucket) if scheme == "s3" else
+                           {"driver": "gcs", "bucket": bucket, "path": out + "/"})
+        store = ts.open(spec).result()
+        with ts.Transaction() as txn:
+            store.with_transaction(txn).write(source).result()
+        return
+    if scheme == "gs":
+        options = {"token": "anon", **options}
+    vol = Volume.create(FsspecStore(f"{scheme}://{bucket}/{out}", endpoint_url=endpoint,
+                                    skip_instance_cache=True, **options),
+                        size=source.shape[:3], type=ds.source, data_type=source.dtype.name,
+                        chunk_size=bv.CHUNK, encoding=ds.encoding, sharding=ds.sharding)
+    vol[...] = source
+
+
+def _best_writes(ds: bv.Dataset, source: np.ndarray, writes: dict[str, Callable[[str], None]],
+                 read: Callable[[str], np.ndarray], name: str, repeat: int,
+                 drop: Callable[[str], None] | None = None) -> dict[str, float]:
+    """The best time of each of ``writes`` (each writes ``source`` at the name it is given),
+    interleaved, ``repeat`` times; each output read back (``read``) and checked, then
+    ``drop``-ped."""
+    times: dict[str, list[float]] = {lib: [] for lib in writes}
+    for k in range(repeat):
+        for lib, write in writes.items():
+            out = f"w-{lib.replace(' ', '-')}-{k}-{name}"
+            t0 = time.perf_counter()
+            write(out)
+            times[lib].append(time.perf_counter() - t0)
+            assert np.array_equal(read(out), source), f"{lib} wrote wrong voxels ({ds.name})"
+            if drop is not None:
+                drop(out)
+    return {lib: min(t) for lib, t in times.items()}
 
 
 def _fresh(vol: Volume) -> Volume:

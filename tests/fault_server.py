@@ -2,9 +2,12 @@
 connections, bodies cut short or slow, hung requests.
 
 It serves the files below a directory (GET and HEAD, one byte range, strong ETags,
-``If-Match``), also as the objects of GCS's JSON API (``/storage/v1/b/BUCKET/o/NAME`` is
-the file ``BUCKET/NAME``: its metadata, or its bytes with ``alt=media`` and their
-generation in ``x-goog-generation``; ``ifGenerationMatch``; errors in JSON), or forwards
+``If-Match``; PUT and DELETE as S3 takes them: each file replaced whole, ``If-Match`` and
+``If-None-Match: *``, the body checked against a signed ``X-Amz-Content-SHA256``), also
+as the objects of GCS's JSON API (``/storage/v1/b/BUCKET/o/NAME`` is the file
+``BUCKET/NAME``: its metadata, or its bytes with ``alt=media`` and their generation in
+``x-goog-generation``; ``ifGenerationMatch``; media and multipart uploads, the latter's
+``crc32c`` checked, and DELETEs; errors in JSON), or forwards
 every request to an upstream server (``--upstream``: an S3 server such as moto's) and
 injects the same faults into the answers.  It runs in its own
 process, so that its work does not share the client's interpreter:
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hashlib
 import json
 import logging
 import os
@@ -34,12 +39,14 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import crc32c
 from aiohttp import ClientSession, ClientTimeout, web
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 #: GCS's JSON API: an object's metadata, or with ``alt=media`` its bytes (also below
 #: ``/download``, where clients send media downloads)
 _GCS_OBJECT = re.compile(r"/(?:download/)?storage/v1/b/([^/]+)/o/(.+)")
+_GCS_UPLOAD = re.compile(r"/upload/storage/v1/b/([^/]+)/o")  # (the name: a query field)
 _S3_CODES = {400: "InvalidRequest", 403: "AccessDenied", 409: "ConditionalRequestConflict",
              412: "PreconditionFailed", 500: "InternalError", 503: "SlowDown"}
 CONTROL = "/_"  # paths of the control endpoints start with this
@@ -106,6 +113,81 @@ class _State:
 
 def _etag(st: os.stat_result) -> str:
     return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
+def _write_file(request: web.Request, path: str, body: bytes,
+                gcs: tuple[str, str] | None) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of the answer to an S3 PUT or DELETE (``gcs`` None), or to
+    a GCS media or multipart upload or DELETE of (bucket, name), of the file at ``path``
+    (replaced whole, atomically), with each API's conditions and errors."""
+    exists = os.path.isfile(path)
+    st = os.stat(path) if exists else None
+    if gcs is not None:
+        wanted = request.query.get("ifGenerationMatch")
+        if wanted is not None and wanted != (_generation(st) if st else "0"):
+            return _gcs_error(412, "Precondition Failed")
+        if request.method == "DELETE" and not exists:
+            return _gcs_error(404, f"No such object: {gcs[0]}/{gcs[1]}")
+    else:
+        wanted = request.headers.get("If-Match")
+        if wanted is not None and st is None:
+            return _s3_error(404, "NoSuchKey")
+        if (wanted is not None and st is not None and wanted.strip() != _etag(st)) or (
+                request.headers.get("If-None-Match", "").strip() == "*" and exists):
+            return _s3_error(412, "PreconditionFailed")
+        sha256 = request.headers.get("X-Amz-Content-SHA256", "UNSIGNED-PAYLOAD")
+        if request.method == "PUT" and not sha256.startswith(("UNSIGNED", "STREAMING")) and (
+                hashlib.sha256(body).hexdigest() != sha256):
+            return _s3_error(400, "XAmzContentSHA256Mismatch")
+    if request.method == "DELETE":
+        if exists:
+            os.unlink(path)
+        return 204, {}, b""
+    if gcs is not None:
+        meta, body = (_multipart(request, body) if request.query.get("uploadType") == "multipart"
+                      else ({}, body))
+        crc = base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode()
+        if meta.get("crc32c", crc) != crc:
+            return _gcs_error(400, "Provided CRC32C \"{}\" doesn't match calculated CRC32C "
+                                   "\"{}\".".format(meta["crc32c"], crc))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.{random.getrandbits(48):x}.part"
+    with open(temporary, "wb") as f:
+        f.write(body)
+    os.replace(temporary, path)
+    st = os.stat(path)
+    if gcs is None:
+        return 200, {"ETag": _etag(st)}, b""
+    return 200, {"Content-Type": "application/json"}, json.dumps({
+        "kind": "storage#object", "bucket": gcs[0], "name": gcs[1], "size": str(st.st_size),
+        "generation": _generation(st), "metageneration": "1", "crc32c": crc}).encode()
+
+
+def _multipart(request: web.Request, body: bytes,
+               metadata_only: bool = False) -> tuple[dict, bytes]:
+    """The metadata and the object's bytes of a GCS multipart upload (lines ended by CRLF
+    or LF)."""
+    separator = b"--" + request.headers["Content-Type"].split("boundary=", 1)[1].strip(
+        '"').encode()
+    first = body.index(separator) + len(separator)
+    second = body.index(separator, first)
+    meta = json.loads(re.split(rb"\r?\n\r?\n", body[first:second], maxsplit=1)[1])
+    if metadata_only:
+        return meta, b""
+    end = body.rindex(separator + b"--")
+    data = memoryview(body)[second + len(separator):end]
+    start = re.search(rb"\r?\n\r?\n", data).end()  # type: ignore[union-attr]
+    return meta, bytes(data[start:]).removesuffix(b"\n").removesuffix(b"\r")
+
+
+def _s3_error(status: int, code: str) -> tuple[int, dict[str, str], bytes]:
+    return status, {"Content-Type": "application/xml"}, (
+        f"<Error><Code>{code}</Code><Message>{code}</Message></Error>".encode())
+
+
+def _gcs_error(status: int, message: str) -> tuple[int, dict[str, str], bytes]:
+    return status, {"Content-Type": "application/json"}, json.dumps(
+        {"error": {"code": status, "message": message}}).encode()
 
 
 def _generation(st: os.stat_result) -> str:
@@ -252,15 +334,37 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
                                      "</Error>")
         if upstream is not None:
             return await forward(request, body_in, fault)
-        return await serve_file(request, fault)
+        return await serve_file(request, fault, body_in)
 
-    async def serve_file(request: web.Request, fault: str) -> web.StreamResponse:
-        if request.method not in ("GET", "HEAD"):
-            return web.Response(status=405)
+    async def serve_file(request: web.Request, fault: str,
+                         body_in: bytes) -> web.StreamResponse:
         gcs = _GCS_OBJECT.fullmatch(request.path)
-        name = request.path.lstrip("/") if gcs is None else f"{gcs[1]}/{gcs[2]}"
+        upload = _GCS_UPLOAD.fullmatch(request.path)
+        if upload is not None and request.method == "POST":
+            kind = request.query.get("uploadType")
+            if kind == "multipart":  # (the name is in the metadata, the first part)
+                name = _multipart(request, body_in, metadata_only=True)[0]["name"]
+            elif kind == "media" and "name" in request.query:
+                name = request.query["name"]
+            else:
+                return web.Response(status=501)
+            target: tuple[str, str] | None = (upload[1], name)
+        elif gcs is not None:
+            target = (gcs[1], gcs[2])
+        else:
+            target = None
+        writes = ("DELETE", "POST") if target is not None else ("PUT", "DELETE")
+        if request.method not in ("GET", "HEAD", *writes) or (
+                request.method == "POST" and upload is None):
+            return web.Response(status=405)
+        name = request.path.lstrip("/") if target is None else "/".join(target)
         path = os.path.realpath(os.path.join(root, name))
-        if not path.startswith(os.path.realpath(root) + os.sep) or not os.path.isfile(path):
+        if not path.startswith(os.path.realpath(root) + os.sep):
+            return web.Response(status=403)
+        if request.method in writes:
+            status, headers, body = _write_file(request, path, body_in, target)
+            return await _deliver(request, state, status, headers, body, fault)
+        if not os.path.isfile(path):
             if gcs is not None:
                 return web.json_response({"error": {"code": 404, "message": "No such object: "
                                                     f"{gcs[1]}/{gcs[2]}"}}, status=404)

@@ -22,15 +22,15 @@ def http_store(url: str, transport: str, **kw) -> FsspecStore:
     return store
 
 
-# S3 reads go through shardvol's client (signed with SigV4), or through botocore when the
-# filesystem is configured with options that client does not follow (here: a config_kwargs
-# of its own; requests tried once, as the store's own would be)
+# S3 reads and writes go through shardvol's client (signed with SigV4), or through botocore
+# when the filesystem is configured with options that client does not follow (here: a
+# config_kwargs of its own; requests tried once, as the store's own would be)
 S3_TRANSPORTS = {"direct": {}, "botocore": {"config_kwargs": {
     "retries": {"total_max_attempts": 1}, "tcp_keepalive": True}}}
 
 
 def s3_store(url: str, transport: str, **kw) -> FsspecStore:
-    """A store of an ``s3://`` URL whose reads go through ``transport``."""
+    """A store of an ``s3://`` URL whose reads and writes go through ``transport``."""
     store = FsspecStore(url, skip_instance_cache=True, **S3_TRANSPORTS[transport], **kw)
     assert type(store._gets).__name__ == ("S3Reads" if transport == "direct"
                                           else "S3ConditionalObjects")

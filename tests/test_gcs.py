@@ -158,3 +158,4 @@ def test_a_large_value_goes_up_whole(bucket):
     data = np.random.default_rng(11).integers(0, 256, 60 << 20, dtype=np.uint8).tobytes()
     _store(bucket + "/big").set("v", data)
     assert _store(bucket + "/big").get("v") == data
+

@@ -284,15 +284,19 @@ def test_default_credentials_without_gcsfs_authorize_and_refresh_off_the_loop(
 
 def test_reads_without_a_token_or_default_credentials_are_anonymous_and_need_no_gcsfs(
         server, tmp_path):
-    """A process that opens and reads a volume on gs:// (no token, no application default
-    credentials: anonymous, as gcsfs falls back to) imports no gcsfs, the largest import
-    of a fresh process; "google_default" without them is an error that says so."""
+    """A process that opens, reads and writes a volume on gs:// (no token, no application
+    default credentials: anonymous, as gcsfs falls back to) imports no gcsfs, the largest
+    import of a fresh process; "google_default" without them is an error that says so."""
     data = np.random.default_rng(3).integers(0, 255, (20, 10, 5, 1), dtype=np.uint8)
     ts_create(str(tmp_path / BUCKET / "v"), data_type="uint8", num_channels=1,
               size=[20, 10, 5], chunk_size=[8, 8, 8], encoding="raw")[...] = data
     script = ("import sys, shardvol\n"
               "from shardvol.kvstore.fsspec_store import FsspecStore\n"
               "vol = shardvol.Volume(FsspecStore(sys.argv[1], endpoint_url=sys.argv[2]))\n"
+              "vol[1:9, 2:10, 0:5] = vol[1:9, 2:10, 0:5] // 2\n"
+              "store = FsspecStore(sys.argv[1], endpoint_url=sys.argv[2])\n"
+              "store.set('gone', b'x')\n"
+              "store.delete('gone')\n"
               "print(vol[...].sum(), sorted({m.split('.')[0] for m in sys.modules\n"
               "      if m.split('.')[0] in ('gcsfs', 'aiohttp')}))\n"
               "FsspecStore(sys.argv[1], endpoint_url=sys.argv[2], token='google_default',\n"
@@ -302,6 +306,9 @@ def test_reads_without_a_token_or_default_credentials_are_anonymous_and_need_no_
     env["HOME"] = str(tmp_path)  # (no gcloud configuration)
     done = subprocess.run([sys.executable, "-c", script, f"gs://{BUCKET}/v", server.url],
                           env=env, capture_output=True, text=True, timeout=120)
+    data[1:9, 2:10] //= 2
     assert done.stdout.split() == [str(int(data.sum())), "[]"], done.stderr
+    np.testing.assert_array_equal(ts_read(str(tmp_path / BUCKET / "v")), data)
+    assert not (tmp_path / BUCKET / "v" / "gone").exists()
     assert "no Google application default credentials" in done.stderr
     assert not any(k.startswith("Authorization") for k in server.stats())

@@ -45,8 +45,9 @@ from shardvol.kvstore.base import (
     process_lock,
     url_scheme,
 )
-from shardvol.kvstore.gcs_reads import GcsfsAuth, GoogleAuth, gcs_reads, without_gcsfs
+from shardvol.kvstore.gcs_reads import GcsfsAuth, GcsTransport, GoogleAuth, without_gcsfs
 from shardvol.kvstore.gcs_reads import plain as gcs_plain
+from shardvol.kvstore.gcs_writes import GcsDirectObjects
 from shardvol.kvstore.lease import (
     ConditionalObjects,
     Lease,
@@ -62,8 +63,8 @@ from shardvol.kvstore.s3_multipart import check_part_size, upload
 from shardvol.kvstore.s3_reads import S3Reads
 from shardvol.kvstore.s3_reads import plain as s3_plain
 from shardvol.kvstore.s3_writes import S3DirectObjects
-from shardvol.kvstore.sigv4 import payload_hash
 from shardvol.kvstore.versioned_reads import (
+    HttpVersionedReads,
     VersionedReads,
     http_plain,
     http_reads,
@@ -127,7 +128,9 @@ class FsspecStore(KVStore):
     S3 writes of ``multipart_threshold`` bytes or more (default 64 MiB) are multipart
     uploads of ``part_size`` parts (default 16 MiB), sent concurrently within the same
     budgets (see :mod:`shardvol.kvstore.s3_multipart`); so are conditional creates, while a
-    conditional replacement stays one PUT (up to 5 GiB).
+    conditional replacement stays one PUT (up to 5 GiB).  GCS writes of that size are
+    gcsfs's resumable uploads; smaller ones, and S3's, go through shardvol's client
+    (:mod:`shardvol.kvstore.s3_writes`, :mod:`shardvol.kvstore.gcs_writes`).
     """
 
     def __init__(self, url: str, lease_ttl: float | None = None,
@@ -166,8 +169,8 @@ class FsspecStore(KVStore):
         # and return versions: (url, range, version) -> (value, version); else fsspec's
         self._gets: VersionedReads | None = None
         self._versions_field = "ETag"  # (the metadata field of the versions reads give)
-        # S3's PUTs and DELETEs through shardvol's client (else: the filesystem's)
-        self._direct: S3DirectObjects | None = None
+        # S3's and GCS's writes through shardvol's client (else: the filesystem's)
+        self._direct: S3DirectObjects | GcsDirectObjects | None = None
         fs = partial(getattr, self, "fs")  # (the filesystem, made at first use)
         if protocols & S3_PROTOCOLS:
             # lease requests outside the process's budget: a renewal must not wait behind
@@ -185,8 +188,10 @@ class FsspecStore(KVStore):
             if not versioned_reads:  # (the versions set_if compares are the reads' ETags)
                 self._cas = None
         elif protocols & GCS_PROTOCOLS and (self._fs is None or gcs_plain(self._fs)):
-            self._gets = gcs_reads(GoogleAuth(storage_options) if self._fs is None
-                                   else GcsfsAuth(self._fs), policy.stall)
+            gcs = GcsTransport(GoogleAuth(storage_options) if self._fs is None
+                               else GcsfsAuth(self._fs))
+            self._gets = HttpVersionedReads(gcs, policy.stall)
+            self._direct = GcsDirectObjects(gcs, policy.stall, self._written)
             self._versions_field = "generation"
         elif self.read_only:
             try:
@@ -520,19 +525,24 @@ class FsspecStore(KVStore):
     def set_parts(self, key: str, parts: Sequence[bytes | memoryview]) -> None:
         """The parts joined, as one object (sent without joining them, but to a
         filesystem)."""
-        self._put(key, list(parts) if self._direct is not None else [b"".join(parts)])
+        self._put(key, list(parts))
 
     def _put(self, key: str, parts: list[bytes | memoryview]) -> None:
         self._require_writable(key)
         self._check_lease(key)
         path = self._path(key)
         direct = self._direct
+        size = sum(memoryview(p).nbytes for p in parts)
+        if self._objects is None and size >= self.multipart_threshold:
+            direct = None  # (GCS: gcsfs's resumable uploads, in pieces)
+        if direct is None and len(parts) != 1:
+            parts = [b"".join(parts)]
         try:
-            if self._multipart(key, sum(memoryview(p).nbytes for p in parts)):
+            if self._multipart(key, size):
                 self._upload(path, b"".join(parts))
                 return
-            (data,) = parts if direct is None else [b""]  # (see set_parts)
-            put = (partial(direct.put, path, parts, payload_hash(parts)) if direct is not None
+            (data,) = parts if direct is None else [b""]
+            put = (partial(direct.put, path, parts, direct.checksum(parts)) if direct is not None
                    else lambda: self.fs._pipe_file(path, data))
             self._run(f"PUT {self.url}/{key}", self._leased(key, put),
                       lambda: self.fs.pipe_file(path, data))

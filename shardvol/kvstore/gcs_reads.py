@@ -25,14 +25,14 @@ import contextlib
 import datetime
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote
 
 from shardvol.errors import StoreError
 from shardvol.kvstore.arriving import Arriving
 from shardvol.kvstore.http_client import HttpStatusError, client
-from shardvol.kvstore.versioned_reads import Answer, HttpVersionedReads, error_body
+from shardvol.kvstore.versioned_reads import Answer, error_body
 
 #: The gcsfs options :class:`GoogleAuth` follows (with ``token`` None, "google_default"
 #: or "anon"): the endpoint, the scope, and what only gcsfs's own operations use.
@@ -82,11 +82,6 @@ class Auth(Protocol):
     async def authorize(self, headers: dict[str, str]) -> None:
         """Add the credentials' headers (none if anonymous)."""
         ...
-
-
-def gcs_reads(auth: Auth, stall: float | None) -> HttpVersionedReads:
-    """The versioned reads of a GCS store."""
-    return HttpVersionedReads(GcsTransport(auth), stall)
 
 
 class GcsfsAuth:
@@ -195,13 +190,23 @@ class GcsTransport:
     @contextlib.asynccontextmanager
     async def request(self, method: str, path: str, headers: dict[str, str],
                       stall: float | None, version: str | None) -> AsyncIterator[Answer]:
+        url = self.url(method, path, version)
+        async with self.send("GET", url, path, headers, stall) as r:
+            yield r if method != "HEAD" or r.status != 200 else await _Head.of(r, url)
+
+    @contextlib.asynccontextmanager
+    async def send(self, method: str, url: str, path: str, headers: dict[str, str],
+                   stall: float | None, body: Sequence[bytes | memoryview] | None = None
+                   ) -> AsyncIterator[Any]:
+        """The answer to ``method url`` (of the object at ``path``; with ``body``),
+        authorized; GCS's errors raised, but for an absent object (404), a failed
+        condition (412) and 304, 416."""
         headers = dict(headers)
         await self.auth.authorize(headers)
-        url = self.url(method, path, version)
-        async with client().request("GET", url, headers, stall) as r:
+        async with client().request(method, url, headers, stall, body=body) as r:
             if r.status >= 300 and r.status not in (304, 404, 412, 416):
                 await _raise_gcs_error(r, f"gs://{path}")
-            yield r if method != "HEAD" or r.status != 200 else await _Head.of(r, url)
+            yield r
 
 
 class _Head:

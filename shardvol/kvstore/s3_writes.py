@@ -48,6 +48,10 @@ class S3DirectObjects(ConditionalCalls):
         self.botocore, self.runner = botocore, botocore.runner
         self._loop, self._written = loop, written
 
+    #: what :meth:`put` is given with a body: its SHA-256, computed by the caller (off
+    #: the event loop)
+    checksum = staticmethod(payload_hash)
+
     def _elsewhere(self, path: str) -> bool:
         return split(path)[0] in self.transport.elsewhere
 
