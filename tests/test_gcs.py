@@ -3,9 +3,9 @@ the store contract, volumes that TensorStore wrote and reads back, and writes an
 through a faulty proxy in front of the emulator.
 
 The emulator ignores preconditions (ifGenerationMatch) and sends no generations, so
-conditional requests cannot be exercised here (shardvol's locks on gs are in-process only,
-see README); reads that require a generation are tested against the fault server's GCS
-API (test_gcs_reads.py).
+conditional requests cannot be exercised here: reads that require a generation are tested
+against the fault server's GCS API (test_gcs_reads.py), and so are conditional writes,
+leases and merges by several processes (test_remote_writes.py).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ sources and the files a local write makes, also through 503s, resets and lost an
 
 from __future__ import annotations
 
+import multiprocessing
+import time
+
 import numpy as np
 import pytest
 
@@ -14,6 +17,7 @@ from shardvol import Volume
 from shardvol.errors import StoreError
 from shardvol.kvstore.fsspec_store import FsspecStore
 
+from . import test_s3_cas as cas
 from .fault_server import FaultServer
 from .oracles import ts_read
 from .s3_server import ENV
@@ -81,16 +85,104 @@ def test_deletes_through_the_api(api):
     assert sorted(p.name for p in (bucket / "d").iterdir()) == ["kept"]
 
 
-@pytest.mark.parametrize("api", ["s3"], indirect=True)
-def test_conditional_writes_through_s3(api):
+def test_conditional_writes(api):
+    """set_if, delete_if: S3's If-None-Match / If-Match, GCS's ifGenerationMatch."""
     _, bucket, store_of = api
     store = store_of("d")
+    assert store.conditional_writes and store.locks_across_processes
+    stale = '"stale"' if store.url.startswith("s3") else "12345"
     assert store.set_if("k", b"1", None) and not store.set_if("k", b"2", None)
     assert store.set_if("k", b"3", store.get_versioned("k")[1])
-    assert not store.set_if("k", b"4", '"stale"') and store.get("k") == b"3"
-    assert not store.delete_if("k", '"stale"')
+    assert not store.set_if("k", b"4", stale) and store.get("k") == b"3"
+    assert not store.delete_if("k", stale)
     assert store.delete_if("k", store.get_versioned("k")[1])
+    assert not store.set_if("gone", b"5", stale)  # (absent: no version to match)
     assert sorted(p.name for p in (bucket / "d").iterdir()) == []
+
+
+def _increment(url: str, options: dict, n: int) -> None:
+    store = FsspecStore(url, **options)
+    for _ in range(n):
+        with store.lock("counter"):
+            v = int(store.get("counter"))
+            time.sleep(0.005)  # (widens the window a lost update would need)
+            store.set("counter", str(v + 1).encode())
+
+
+def test_locks_hold_across_processes(api):
+    server, bucket, store_of = api
+    store = store_of("c")
+    store.set("counter", b"0")
+    options = {"endpoint_url": server.url, **({"token": "anon"} if store.url[:2] == "gs"
+                                             else {})}
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_increment, args=(store.url, options, 6)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    _increment(store.url, options, 6)
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert store.get("counter") == b"18"
+    assert sorted(p.name for p in (bucket / "c").iterdir()) == ["counter"]  # (no leases)
+
+
+def _merge_boxes(url: str, options: dict, kind: str, worker: int, n: int, start) -> None:
+    h = cas._open(kind, FsspecStore(url, **options))
+    start.wait(60)  # (every process ready: their merges overlap)
+    for k in range(n):
+        h[cas._proc_box(worker, k)] = worker * 16 + k + 1
+
+
+@pytest.mark.parametrize("kind", ["precomputed sharded", "zarr3 unsharded"])
+def test_processes_merging_into_one_unit_through_faults_lose_nothing(api, kind):
+    """Three processes merge parts into one unit (read, conditional write, redone from a
+    fresh read when another changed it) while 5% of the requests are refused, 2.5% of the
+    connections dropped and 5% of the answers lost after the server acted."""
+    server, _, store_of = api
+    store = store_of("m")
+    cas._create(kind, store)
+    options = {"endpoint_url": server.url, **({"token": "anon"} if store.url[:2] == "gs"
+                                             else {})}
+    server.set(error=0.05, reset=0.025, lost=0.05, seed=7)
+    n, workers = 5, 3
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(workers)
+    procs = [ctx.Process(target=_merge_boxes, args=(store.url, options, kind, w, n, start))
+             for w in range(1, workers)]
+    for p in procs:
+        p.start()
+    _merge_boxes(store.url, options, kind, 0, n, start)
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    stats = server.stats()
+    server.set(error=0.0, reset=0.0, lost=0.0)
+    model = np.zeros(cas.SHAPE, np.uint16)
+    for w in range(workers):
+        for k in range(n):
+            model[cas._proc_box(w, k)] = w * 16 + k + 1
+    assert np.array_equal(cas._read(cas._open(kind, store_of("m"), cache_bytes=0)), model)
+    assert stats["fault lost"] > 0 and stats["fault error"] > 0, stats
+
+
+def test_a_conditional_write_whose_answer_was_lost_is_not_redone(api):
+    """A merge's conditional write lands but its answer is lost: the retry fails its
+    condition, finds the object holding its own bytes, and is done."""
+    server, _, store_of = api
+    h = cas._create("precomputed sharded", store_of("l"))
+    h[...] = 9
+    server.stats(reset=True)
+    server.set(plan=["ok", "lost"])  # the read, then the write
+    h[cas.B] = 4
+    stats = server.stats()
+    writes = stats["PUT"] + stats["POST"]
+    # the read, the write (lost), its retry (412), the read that finds our bytes
+    assert (stats["fault lost"], stats["GET"], writes, stats["requests"]) == (1, 2, 2, 4), stats
+    want = np.full(cas.SHAPE, 9, np.uint16)
+    want[cas.B] = 4
+    assert np.array_equal(cas._read(cas._open("precomputed sharded", store_of("l"),
+                                              cache_bytes=0)), want)
 
 
 def test_a_body_changed_on_the_way_is_refused(api, monkeypatch):

@@ -3,11 +3,13 @@
 Ranged reads become HTTP ``Range`` requests (or the object store's equivalent);
 ``get_many`` issues them concurrently through fsspec's async machinery.
 Object stores replace whole objects on write, which is atomic per key.
-On S3, writes can be conditional (``set_if``, ``delete_if``: ``If-Match`` /
-``If-None-Match``), so read-modify-write cycles are compare-and-swaps that need no lock
-(see :mod:`shardvol.kvstore.cas`); ``lock(key)`` also holds across processes and machines
-there (a lease object per key, see :mod:`shardvol.kvstore.lease`).  On other protocols it
-orders writers inside this process only (see KVStore.lock).  On S3, GCS and HTTP(S), reads
+On S3 and GCS, writes can be conditional (``set_if``, ``delete_if``: ``If-Match`` /
+``If-None-Match``; GCS's ``ifGenerationMatch``), so read-modify-write cycles are
+compare-and-swaps that need no lock (see :mod:`shardvol.kvstore.cas`); ``lock(key)`` also
+holds across processes and machines there (a lease object per key, see
+:mod:`shardvol.kvstore.lease`).  On other protocols (and gs stores whose requests keep
+gcsfs's, see :mod:`shardvol.kvstore.gcs_reads`) it orders writers inside this process only
+(see KVStore.lock).  On S3, GCS and HTTP(S), reads
 are versioned (get_many_versioned, get_many_if): each response's ETag (on GCS, its
 generation) is the value's version, and reads that must find a version ask for it
 (``If-Match``, ``ifGenerationMatch``), so no separate metadata requests are needed.
@@ -105,10 +107,11 @@ class FsspecStore(KVStore):
     """Values as objects below an fsspec URL.
 
     ``lease_ttl`` and ``lock_timeout`` (seconds; None waits for ever) set the cross-process
-    locks of S3 stores: a crashed holder's lock is taken over after ``lease_ttl`` (default
-    30 s, or ``SHARDVOL_LEASE_TTL``).
-    ``lock_timeout`` also bounds how long a compare-and-swap update (S3, with versioned
-    reads: ``conditional_writes``) is redone while other writers keep changing its value.
+    locks of S3 and GCS stores: a crashed holder's lock is taken over after ``lease_ttl``
+    (default 30 s, or ``SHARDVOL_LEASE_TTL``).
+    ``lock_timeout`` also bounds how long a compare-and-swap update (S3 and GCS, with
+    versioned reads: ``conditional_writes``) is redone while other writers keep changing
+    its value.
     ``check_versions``: :meth:`version` asks the store for each object's ETag (or
     generation) with a metadata request, so shard readers notice files rewritten by other
     writers (see ShardReader) at the cost of those requests; else it returns None.
@@ -172,7 +175,8 @@ class FsspecStore(KVStore):
         # S3's and GCS's writes through shardvol's client (else: the filesystem's)
         self._direct: S3DirectObjects | GcsDirectObjects | None = None
         fs = partial(getattr, self, "fs")  # (the filesystem, made at first use)
-        if protocols & S3_PROTOCOLS:
+        self._s3 = bool(protocols & S3_PROTOCOLS)
+        if self._s3:
             # lease requests outside the process's budget: a renewal must not wait behind
             # bulk reads (its holder would lose the lease)
             leases = S3ConditionalObjects(fs, Requests(policy, process_budget=False))
@@ -190,8 +194,13 @@ class FsspecStore(KVStore):
         elif protocols & GCS_PROTOCOLS and (self._fs is None or gcs_plain(self._fs)):
             gcs = GcsTransport(GoogleAuth(storage_options) if self._fs is None
                                else GcsfsAuth(self._fs))
+            loop = partial(getattr, self, "_loop")
             self._gets = HttpVersionedReads(gcs, policy.stall)
-            self._direct = GcsDirectObjects(gcs, policy.stall, self._written)
+            self._direct = GcsDirectObjects(gcs, self.requests, policy.stall, loop,
+                                            self._written)
+            self._objects = GcsDirectObjects(gcs, Requests(policy, process_budget=False),
+                                             policy.stall, loop, self._written)
+            self._cas = self._direct if versioned_reads else None
             self._versions_field = "generation"
         elif self.read_only:
             try:
@@ -533,7 +542,7 @@ class FsspecStore(KVStore):
         path = self._path(key)
         direct = self._direct
         size = sum(memoryview(p).nbytes for p in parts)
-        if self._objects is None and size >= self.multipart_threshold:
+        if not self._s3 and size >= self.multipart_threshold:
             direct = None  # (GCS: gcsfs's resumable uploads, in pieces)
         if direct is None and len(parts) != 1:
             parts = [b"".join(parts)]
@@ -562,8 +571,7 @@ class FsspecStore(KVStore):
     def _multipart(self, key: str, size: int) -> bool:
         """Whether a value of ``size`` bytes goes to S3 as a multipart upload (values
         written under a lease, small metadata, stay one PUT checked against the lease)."""
-        return (self._objects is not None and size >= self.multipart_threshold
-                and key not in self._leases)
+        return self._s3 and size >= self.multipart_threshold and key not in self._leases
 
     def _upload(self, path: str, data: bytes, if_none_match: bool = False) -> str | None:
         try:
@@ -577,8 +585,9 @@ class FsspecStore(KVStore):
             self.fs.invalidate_cache(path)  # (s3fs's listings, as its own writes do)
 
     def set_if(self, key: str, value: bytes | memoryview, version: Hashable | None) -> bool:
-        """One PUT with ``If-Match: <version>`` (``If-None-Match: *`` for None: a multipart
-        upload from ``multipart_threshold`` bytes), retried on transient failures; a failed
+        """One PUT with ``If-Match: <version>`` (``If-None-Match: *`` for None: on S3 a
+        multipart upload from ``multipart_threshold`` bytes; on GCS an upload with
+        ``ifGenerationMatch``, 0 for None), retried on transient failures; a failed
         condition is False (also 404: the object went)."""
         self._require_writable(key)
         cas = self._conditional(key)
@@ -588,7 +597,7 @@ class FsspecStore(KVStore):
                 if self._multipart(key, len(data)):
                     return self._upload(path, data, if_none_match=True) is not None
                 return cas.create(path, data) is not None
-            if len(data) > _MAX_PUT:
+            if self._s3 and len(data) > _MAX_PUT:
                 raise StoreError(f"cannot replace {key!r} in {self.url} conditionally: "
                                  f"{len(data):,} bytes is more than one PUT takes")
             return cas.replace(path, data, str(version)) is not None
@@ -596,9 +605,9 @@ class FsspecStore(KVStore):
             self._forget_in_flight(path)
 
     def delete_if(self, key: str, version: Hashable | None) -> bool:
-        """One DELETE with ``If-Match: <version>``, retried on transient failures; an
-        absent object is done, a repeat that finds another version is not (see
-        S3ConditionalObjects.delete)."""
+        """One DELETE with ``If-Match: <version>`` (GCS: ``ifGenerationMatch``), retried on
+        transient failures; an absent object is done, a repeat that finds another version
+        is not (see ConditionalCalls.delete)."""
         self._require_writable(key)
         cas = self._conditional(key)
         if version is None:

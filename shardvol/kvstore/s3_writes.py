@@ -58,37 +58,35 @@ class S3DirectObjects(ConditionalCalls):
     async def put(self, path: str, parts: Sequence[bytes | memoryview], sha256: str) -> None:
         """One attempt to write the object at ``path``: ``parts`` joined, whose SHA-256 is
         ``sha256``."""
-        if not self._elsewhere(path):
-            try:
-                async with self.transport.request("PUT", path, {}, self.stall, None, parts,
-                                                  sha256) as r:
-                    r.raise_for_status()  # (S3's errors: raised by the transport)
-                    await r.read()
-                    return
-            except ToBotocore:
-                pass
-            finally:
-                self._written(path)
-        await self.botocore.fs._pipe_file(path, b"".join(parts))
+        if not await self._unconditional("PUT", path, parts, sha256):
+            await self.botocore.fs._pipe_file(path, b"".join(parts))
 
     async def remove(self, path: str) -> None:
         """One attempt to delete the object at ``path`` (absent already: done)."""
-        if not self._elsewhere(path):
+        if not await self._unconditional("DELETE", path):
             try:
-                async with self.transport.request("DELETE", path, {}, self.stall, None) as r:
-                    if r.status == 404:  # (its body read by the transport)
-                        return
+                await self.botocore.fs._rm_file(path)
+            except FileNotFoundError:
+                pass
+
+    async def _unconditional(self, method: str, path: str,
+                             parts: Sequence[bytes | memoryview] | None = None,
+                             sha256: str = EMPTY_SHA256) -> bool:
+        """One attempt of ``method`` through the client; False if the bucket is one botocore
+        must take."""
+        if self._elsewhere(path):
+            return False
+        try:
+            async with self.transport.request(method, path, {}, self.stall, None, parts,
+                                              sha256) as r:
+                if r.status != 404 or method != "DELETE":  # (absent: deleted already)
                     r.raise_for_status()  # (S3's errors: raised by the transport)
                     await r.read()
-                    return
-            except ToBotocore:
-                pass
-            finally:
-                self._written(path)
-        try:
-            await self.botocore.fs._rm_file(path)
-        except FileNotFoundError:
-            pass
+                return True
+        except ToBotocore:
+            return False
+        finally:
+            self._written(path)
 
     def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> Outcome:
         if not self._elsewhere(path):

@@ -340,7 +340,7 @@ def _check_shared_shards(
     """Refuse output sharding whose shards are not spatial blocks where writers could race.
 
     Tasks then share shards and merge into them under the shards' locks, which hold for
-    threads of one process and, on local files, across processes; on S3 the merges are
+    threads of one process and, on local files, across processes; on S3 and GCS the merges are
     compare-and-swaps, which hold across processes too.  An executor of other processes or
     machines writing to another store could lose chunks.
     """
