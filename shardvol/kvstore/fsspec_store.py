@@ -47,6 +47,7 @@ from shardvol.kvstore.base import (
     process_lock,
     url_scheme,
 )
+from shardvol.kvstore.conditional import ConditionalCalls
 from shardvol.kvstore.gcs_reads import GcsfsAuth, GcsTransport, GoogleAuth, without_gcsfs
 from shardvol.kvstore.gcs_reads import plain as gcs_plain
 from shardvol.kvstore.gcs_writes import GcsDirectObjects
@@ -60,7 +61,7 @@ from shardvol.kvstore.lease import (
 from shardvol.kvstore.remote import Requests, exiting, run_on, start_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
-from shardvol.kvstore.s3_conditional import ConditionalCalls, S3ConditionalObjects
+from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 from shardvol.kvstore.s3_multipart import check_part_size, upload
 from shardvol.kvstore.s3_reads import S3Reads
 from shardvol.kvstore.s3_reads import plain as s3_plain

@@ -26,10 +26,10 @@ from urllib.parse import quote
 import crc32c
 
 from shardvol.errors import StoreError
+from shardvol.kvstore.conditional import ConditionalCalls, Outcome
 from shardvol.kvstore.gcs_reads import GcsTransport
 from shardvol.kvstore.http_client import HttpStatusError
 from shardvol.kvstore.remote import Requests, run_on
-from shardvol.kvstore.s3_conditional import ConditionalCalls, Outcome
 from shardvol.kvstore.versioned_reads import HttpVersionedReads
 
 

@@ -1,9 +1,10 @@
-"""S3's conditional requests (through s3fs's client here; through shardvol's, see
-:mod:`shardvol.kvstore.s3_writes`): writes and deletes (``If-None-Match``
-/ ``If-Match``) for :mod:`shardvol.kvstore.lease` and for the compare-and-swap updates of
-values (FsspecStore.set_if, delete_if), and ranged reads that return the object's ETag and
-may require one (``If-Match``), for versioned reads (see FsspecStore); an object stored
-with a ``Content-Encoding`` is read decoded (see versioned_reads.entity).
+"""S3's conditional requests through s3fs's client (through shardvol's: see
+:mod:`shardvol.kvstore.s3_writes`): writes and deletes (``If-None-Match`` / ``If-Match``,
+see :mod:`shardvol.kvstore.conditional`) for :mod:`shardvol.kvstore.lease` and for the
+compare-and-swap updates of values (FsspecStore.set_if, delete_if), and ranged reads that
+return the object's ETag and may require one (``If-Match``), for versioned reads (see
+FsspecStore); an object stored with a ``Content-Encoding`` is read decoded (see
+versioned_reads.entity).
 
 AWS S3 supports them all (conditional deletes on general purpose buckets since 2025), as
 do MinIO and moto; a store that ignores the conditions would make the lease unsafe.
@@ -17,75 +18,9 @@ from typing import Any, cast
 from shardvol.compression import content_coding
 from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.arriving import Arriving, fill
+from shardvol.kvstore.conditional import CONFLICT, MISSING, ConditionalCalls, Outcome
 from shardvol.kvstore.remote import Requests, run_on
 from shardvol.kvstore.versioned_reads import check_rest, entity, range_header
-
-# S3 error codes: the condition failed (412), or a concurrent conditional write won (409)
-CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
-MISSING = {"NoSuchKey", "404"}  # (no such object; "404": a HEAD's, which has no body)
-
-
-class Outcome:
-    """How a conditional call ended: its response, or why not (the S3 error code of a
-    failed condition or an absent object)."""
-
-    def __init__(self) -> None:
-        self.out: dict | None = None
-        self.code: str | None = None
-        self.attempts = 0
-
-
-class ConditionalCalls:
-    """Conditional operations on S3 objects, made of one primitive, :meth:`_call` (a
-    request named as botocore names it: ``put_object``, ``get_object``, ``delete_object``,
-    with its ``Body``, ``IfMatch``, ``IfNoneMatch``), each retried on transient failures.
-
-    A conditional write whose answer was lost (a dropped connection) may have succeeded
-    before it is sent again (by these retries, or by a client that resends idempotent
-    requests on a closed keep-alive connection); the repeat then fails its condition.
-    So a create or replace that fails its condition but finds the object holding exactly
-    its body has succeeded (lease bodies are unique; for other values the object then holds
-    what the write meant it to hold, whoever wrote it), and a conditional delete that finds
-    the object gone is done.
-    """
-
-    def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> Outcome:
-        """The request, retried; its outcome (a failed condition and an absent object are
-        outcomes, other failures StoreErrors)."""
-        raise NotImplementedError
-
-    def _ours(self, path: str, outcome: Outcome, body: bytes) -> str | None:
-        """The version of the object a conditional write wrote, or None if its condition
-        failed: unless the object holds ``body`` (the write went through, then its answer
-        was lost and a repeat failed the condition)."""
-        if outcome.out is not None:
-            return str(outcome.out["ETag"])
-        if outcome.code not in CONFLICT:
-            return None
-        now = self.current(path)
-        return now[0] if now is not None and now[1] == body else None
-
-    def create(self, path: str, body: bytes) -> str | None:
-        return self._ours(path, self._call("put_object", path, Body=body, IfNoneMatch="*"), body)
-
-    def replace(self, path: str, body: bytes, version: str) -> str | None:
-        return self._ours(path, self._call("put_object", path, Body=body, IfMatch=version), body)
-
-    def current(self, path: str) -> tuple[str, bytes] | None:
-        outcome = self._call("get_object", path, read_body=True)
-        if outcome.out is None:
-            return None
-        return outcome.out["ETag"], outcome.out["Body"]
-
-    def delete(self, path: str, version: str, repeat_is_done: bool = True) -> bool:
-        """A delete that finds the object gone is taken as done; so is one that finds it at
-        another version after an attempt whose outcome was not known (it may have deleted
-        it, and a waiter created it anew), unless not ``repeat_is_done``: an object of data
-        (not a lease) may have been changed by another writer while that attempt failed
-        without deleting it, so its delete is reported undone, to be redone from a read."""
-        outcome = self._call("delete_object", path, IfMatch=version)
-        return (outcome.out is not None or outcome.code in MISSING
-                or (repeat_is_done and outcome.attempts > 1 and outcome.code in CONFLICT))
 
 
 class S3ConditionalObjects(ConditionalCalls):

@@ -23,8 +23,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shardvol.errors import InvalidArgumentError, StoreError
+from shardvol.kvstore.conditional import CONFLICT, MISSING
 from shardvol.kvstore.remote import Requests
-from shardvol.kvstore.s3_conditional import CONFLICT, MISSING, call_kwargs
+from shardvol.kvstore.s3_conditional import call_kwargs
 
 MIN_PART = 5 << 20  # S3's smallest part (all but the last)
 MAX_PART = 5 << 30  # S3's largest part, and largest PUT

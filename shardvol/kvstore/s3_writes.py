@@ -18,14 +18,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from shardvol.errors import StoreError
+from shardvol.kvstore.conditional import CONFLICT, ConditionalCalls, Outcome
 from shardvol.kvstore.http_client import HttpStatusError
 from shardvol.kvstore.remote import run_on
-from shardvol.kvstore.s3_conditional import (
-    CONFLICT,
-    ConditionalCalls,
-    Outcome,
-    S3ConditionalObjects,
-)
+from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 from shardvol.kvstore.s3_reads import S3Error, S3Reads, ToBotocore, split
 from shardvol.kvstore.sigv4 import EMPTY_SHA256, payload_hash
 from shardvol.kvstore.versioned_reads import entity
