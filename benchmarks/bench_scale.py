@@ -20,9 +20,10 @@ Operations:
   first     what a script does first: import the library, open the volume and read one
             64^3 chunk in its middle (timed from the import)
 
-``--remote`` reads (read, cutouts, first) the volumes through S3 instead: the S3 API of
-tests/fault_server.py, which answers path-style GETs of the files under ``--data`` (bucket:
-its name) after ``--latency`` seconds (default 0.025), in its own process.
+``--remote`` reads (read, cutouts, first) and writes (write) the volumes through S3
+instead: the S3 API of tests/fault_server.py, which answers path-style GETs, PUTs and
+multipart uploads of the files under ``--data`` (bucket: its name) after ``--latency``
+seconds (default 0.025), in its own process.
 
 The page cache is warm (every file of the volume is read, untimed, before each run: a
 previous run may have evicted some), and outputs go under ``--data``/scratch, removed after
@@ -106,14 +107,20 @@ def ts_spec(path: str, **extra) -> dict:
     return {"driver": "neuroglancer_precomputed", "kvstore": kvstore, **extra}
 
 
-def sv_volume(path: str):  # (-> shardvol.Volume: shardvol is imported in the child only)
-    """shardvol's volume at ``path`` (see ts_spec)."""
-    import shardvol
+def sv_store(path: str):  # (-> str | FsspecStore: shardvol is imported in the child only)
+    """What shardvol opens for ``path`` (see ts_spec)."""
     from shardvol.kvstore.fsspec_store import FsspecStore
 
     if path.startswith("s3://"):
-        return shardvol.Volume(FsspecStore(path, endpoint_url=os.environ["BENCH_S3_ENDPOINT"]))
-    return shardvol.Volume(path)
+        return FsspecStore(path, endpoint_url=os.environ["BENCH_S3_ENDPOINT"])
+    return path
+
+
+def sv_volume(path: str):  # (-> shardvol.Volume)
+    """shardvol's volume at ``path`` (see ts_spec)."""
+    import shardvol
+
+    return shardvol.Volume(sv_store(path))
 
 
 def slab(shape: tuple[int, int, int], z0: int, z1: int) -> np.ndarray:
@@ -201,7 +208,7 @@ def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> f
         if op == "write":
             meta = scale_metadata(case)
             vol = shardvol.Volume.create(
-                dst, size=case.shape, chunk_size=CHUNK, resolution=(8, 8, 8),
+                sv_store(dst), size=case.shape, chunk_size=CHUNK, resolution=(8, 8, 8),
                 encoding=encoding, jpeg_quality=meta.get("jpeg_quality"),
                 sharding=meta["sharding"])
             spent = 0.0
@@ -332,7 +339,7 @@ def main() -> None:
     parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS)
     parser.add_argument("--data", default=os.path.join(HERE, "data", "scale"))
     parser.add_argument("--quick", action="store_true", help="one 1/8 GiB raw volume")
-    parser.add_argument("--remote", action="store_true", help="read through S3 (see above)")
+    parser.add_argument("--remote", action="store_true", help="read and write through S3 (see above)")
     parser.add_argument("--latency", type=float, default=0.025)
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -352,7 +359,7 @@ def main() -> None:
         sys.path.insert(0, os.path.dirname(HERE))
         from tests.fault_server import FaultServer
 
-        args.ops = [op for op in args.ops if op in ("read", "cutouts", "first")]
+        args.ops = [op for op in args.ops if op in ("read", "cutouts", "first", "write")]
         server = FaultServer(os.path.dirname(os.path.abspath(args.data)), latency=args.latency)
         os.environ.update(BENCH_S3_ENDPOINT=server.url, AWS_ACCESS_KEY_ID="bench",
                           AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
@@ -385,8 +392,10 @@ def run_cases(args: argparse.Namespace, sizes: list[float], encodings: list[str]
                         shutil.copytree(src, dst)
                     warm(dst if op == "pyramid" else src)
                     os.sync()
+                    remote = f"s3://{bucket}/{os.path.relpath(dst, args.data)}"
                     r = run_child(op, lib, f"s3://{bucket}/{os.path.basename(src)}"
-                                  if args.remote else src, dst, case)
+                                  if args.remote else src,
+                                  remote if args.remote else dst, case)
                     shutil.rmtree(dst, ignore_errors=True)
                     walls[lib] = r["timed"]
                     ratio = (f"{walls['tensorstore'] / walls['shardvol']:.2f}x"

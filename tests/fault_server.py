@@ -26,12 +26,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import glob
 import hashlib
 import json
 import logging
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -161,6 +163,49 @@ def _write_file(request: web.Request, path: str, body: bytes,
     return 200, {"Content-Type": "application/json"}, json.dumps({
         "kind": "storage#object", "bucket": gcs[0], "name": gcs[1], "size": str(st.st_size),
         "generation": _generation(st), "metageneration": "1", "crc32c": crc}).encode()
+
+
+def _s3_multipart(request: web.Request, path: str,
+                  body: bytes) -> tuple[int, dict[str, str], bytes]:
+    """S3's multipart uploads of the file at ``path``: created (``?uploads``), parts put
+    (``?partNumber&uploadId``: files beside it), completed (the parts joined into the file,
+    atomically; ``If-None-Match: *`` honoured) or aborted (``DELETE ?uploadId``)."""
+    query = request.query
+    if "uploads" in query:
+        upload = f"{random.getrandbits(64):016x}"
+        return 200, {"Content-Type": "application/xml"}, (
+            "<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key>"
+            f"<UploadId>{upload}</UploadId></InitiateMultipartUploadResult>").encode()
+    upload = query["uploadId"]
+    if not re.fullmatch(r"[0-9a-f]{16}", upload):
+        return _s3_error(404, "NoSuchUpload")
+    part = f"{path}.upload-{upload}-"
+    parts = sorted(glob.glob(glob.escape(part) + "*"), key=lambda p: int(p.rsplit("-", 1)[1]))
+    if request.method == "DELETE":
+        for p in parts:
+            os.unlink(p)
+        return 204, {}, b""
+    if request.method == "PUT":
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(part + str(int(query["partNumber"])), "wb") as f:
+            f.write(body)
+        return 200, {"ETag": f'"{hashlib.md5(body).hexdigest()}"'}, b""
+    if not parts:
+        return _s3_error(404, "NoSuchUpload")
+    if request.headers.get("If-None-Match", "").strip() == "*" and os.path.isfile(path):
+        return _s3_error(412, "PreconditionFailed")
+    temporary = f"{path}.{os.getpid()}.{random.getrandbits(48):x}.part"
+    with open(temporary, "wb") as out:
+        for p in parts:
+            with open(p, "rb") as f:
+                shutil.copyfileobj(f, out, 16 << 20)
+    os.replace(temporary, path)
+    for p in parts:
+        os.unlink(p)
+    etag = _etag(os.stat(path))
+    return 200, {"Content-Type": "application/xml"}, (
+        f"<CompleteMultipartUploadResult><ETag>{etag}</ETag>"
+        "</CompleteMultipartUploadResult>").encode()
 
 
 def _multipart(request: web.Request, body: bytes,
@@ -353,16 +398,20 @@ def make_app(root: str, faults: Faults, upstream: str | None = None) -> web.Appl
             target = (gcs[1], gcs[2])
         else:
             target = None
-        writes = ("DELETE", "POST") if target is not None else ("PUT", "DELETE")
+        multipart = target is None and ("uploads" in request.query
+                                        or "uploadId" in request.query)
+        writes = (("DELETE", "POST") if target is not None else
+                  ("PUT", "DELETE", "POST") if multipart else ("PUT", "DELETE"))
         if request.method not in ("GET", "HEAD", *writes) or (
-                request.method == "POST" and upload is None):
+                request.method == "POST" and upload is None and not multipart):
             return web.Response(status=405)
         name = request.path.lstrip("/") if target is None else "/".join(target)
         path = os.path.realpath(os.path.join(root, name))
         if not path.startswith(os.path.realpath(root) + os.sep):
             return web.Response(status=403)
         if request.method in writes:
-            status, headers, body = _write_file(request, path, body_in, target)
+            status, headers, body = (_s3_multipart(request, path, body_in) if multipart
+                                     else _write_file(request, path, body_in, target))
             return await _deliver(request, state, status, headers, body, fault)
         if not os.path.isfile(path):
             if gcs is not None:

@@ -197,3 +197,18 @@ def test_a_body_changed_on_the_way_is_refused(api, monkeypatch):
     with pytest.raises(StoreError, match=r"XAmzContentSHA256Mismatch|doesn't match"):
         store.set("k", b"value")
     assert not (bucket / "h" / "k").exists()
+
+
+@pytest.mark.parametrize("api", ["s3"], indirect=True)
+def test_large_values_are_uploaded_to_s3_in_parts(api):
+    """From ``multipart_threshold`` bytes, S3's multipart uploads (through botocore); a
+    set_parts value of many parts is the same object."""
+    server, bucket, store_of = api
+    store = FsspecStore(store_of("p").url, endpoint_url=server.url, skip_instance_cache=True,
+                        multipart_threshold=5 << 20, part_size=5 << 20)
+    value = np.random.default_rng(2).bytes(12 << 20)
+    store.set("big", value)
+    store.set_parts("parts", [value[:3 << 20], memoryview(value)[3 << 20:]])
+    assert (bucket / "p" / "big").read_bytes() == value == (bucket / "p" / "parts").read_bytes()
+    assert server.stats()["PUT"] == 6  # (3 parts each)
+    assert not [p for p in (bucket / "p").iterdir() if "upload" in p.name]
