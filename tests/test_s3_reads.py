@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import json
 import os
 import pickle
@@ -410,8 +411,9 @@ def test_a_store_configured_by_its_options_and_environment_resolves_as_botocore_
 
 @contextlib.contextmanager
 def _https_s3(tmp_path) -> Iterator[tuple[str, str]]:
-    """An S3-like https server (path-style GETs of one object, ``b/k``) whose certificate
-    a CA of its own signed: (endpoint URL, that CA's certificate file)."""
+    """An S3-like https server (path-style GETs of ``b/k`` and of what was PUT, PUTs kept
+    if their body is the one signed) whose certificate a CA of its own signed: (endpoint
+    URL, that CA's certificate file)."""
     import http.server
     import ipaddress
     import ssl
@@ -444,17 +446,28 @@ def _https_s3(tmp_path) -> Iterator[tuple[str, str]]:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption()))
 
+    objects = {"/b/k": b"value"}
+
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            found = self.path == "/b/k"
-            body = b"value" if found else b"<Error><Code>NoSuchKey</Code></Error>"
+            found = self.path in objects
+            body = objects[self.path] if found else b"<Error><Code>NoSuchKey</Code></Error>"
             self.send_response(200 if found else 404)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("ETag", '"e1"')
             self.end_headers()
             self.wfile.write(body)
+
+        def do_PUT(self) -> None:  # (the body kept if it is the one signed)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            ok = hashlib.sha256(body).hexdigest() == self.headers["X-Amz-Content-SHA256"]
+            if ok:
+                objects[self.path] = body
+            self.send_response(200 if ok else 400)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def log_message(self, *args: object) -> None:
             pass
@@ -491,6 +504,9 @@ def test_https_endpoints_are_verified_with_botocores_ca_bundle(monkeypatch, tmp_
         plain = store()
         assert plain._gets.direct.transport.static is not None
         assert plain.get("k") == b"value" and plain.get("absent") is None
+        value = np.random.default_rng(9).bytes(3 << 20)  # (sent over TLS as it is taken)
+        plain.set("w", value)
+        assert plain.get("w") == value
         monkeypatch.delenv("AWS_CA_BUNDLE")
         (tmp_path / ".aws").mkdir()
         (tmp_path / ".aws" / "config").write_text(f"[default]\nca_bundle = {ca}\n")
