@@ -339,7 +339,8 @@ def main() -> None:
     parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS)
     parser.add_argument("--data", default=os.path.join(HERE, "data", "scale"))
     parser.add_argument("--quick", action="store_true", help="one 1/8 GiB raw volume")
-    parser.add_argument("--remote", action="store_true", help="read and write through S3 (see above)")
+    parser.add_argument("--remote", action="store_true",
+                        help="read and write through S3 (see above)")
     parser.add_argument("--latency", type=float, default=0.025)
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
