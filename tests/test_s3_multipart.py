@@ -1,6 +1,7 @@
-"""Large S3 writes as multipart uploads (moto's server, behind the fault server): parts
-sent concurrently and retried one by one, the object atomic and exact, conditional
-creates, and no upload left behind when one fails.  Oracles: boto3's view of the bucket
+"""Large S3 writes as multipart uploads (moto's server, behind the fault server), through
+shardvol's client (options of botocore's own: through botocore): parts sent concurrently
+and retried one by one, the object atomic and exact, conditional creates, and no upload
+left behind when one fails.  Oracles: boto3's view of the bucket
 (ETags, the uploads in progress) and TensorStore reading a volume written this way."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from shardvol.kvstore.s3_multipart import MIN_PART, part_bounds
 
 from .fault_server import FaultServer
 from .s3_server import new_bucket
+from .stores import S3_TRANSPORTS
 
 PART = MIN_PART  # (parts as small as S3 takes, to keep the data small)
 
@@ -103,11 +105,12 @@ def test_a_conditional_create_in_parts(s3, proxy):
     assert _uploads_left(s3, bucket) == []
 
 
-def test_uploads_in_parts_through_faults_are_exact(s3, proxy):
+def test_uploads_in_parts_through_faults_are_exact(s3, proxy, s3_transport):
     """503s, resets, answers lost after S3 acted, bodies cut short: every part is retried on
-    its own and each object ends exact, with no upload left open."""
+    its own and each object ends exact, with no upload left open (through shardvol's client
+    and through botocore)."""
     bucket = new_bucket()
-    store = _store(proxy, bucket)
+    store = _store(proxy, bucket, **S3_TRANSPORTS[s3_transport])
     proxy.set(error=0.1, reset=0.05, lost=0.05, short=0.05, seed=11)
     values = {f"k{i}": _data((11 << 20) + i * 77_777, 10 + i) for i in range(4)}
     for key, value in values.items():
@@ -122,13 +125,13 @@ def test_uploads_in_parts_through_faults_are_exact(s3, proxy):
     assert _uploads_holding_parts(s3, bucket) == []
 
 
-def test_a_lost_completion_is_the_uploads_own(s3, proxy):
+def test_a_lost_completion_is_the_uploads_own(s3, proxy, s3_transport):
     """The completion reaches S3 but its answer is lost; the repeat is refused (412, as S3
     may answer a create whose object now exists) and the HEAD that follows meets a 503:
     the HEAD is retried, and the object's ETag (S3's, from the parts) shows the upload
     made it, so the create succeeded rather than met another writer's object."""
     bucket = new_bucket()
-    store = _store(proxy, bucket)
+    store = _store(proxy, bucket, **S3_TRANSPORTS[s3_transport])
     data = _data(7 << 20, 5)
     # create, two parts, the completion, its repeat, the HEAD
     proxy.set(plan=["ok", "ok", "ok", "lost", "error 412", "error 503"])

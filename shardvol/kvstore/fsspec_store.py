@@ -62,8 +62,8 @@ from shardvol.kvstore.remote import Requests, exiting, run_on, start_on
 from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.s3_conditional import S3ConditionalObjects
-from shardvol.kvstore.s3_multipart import check_part_size, upload
-from shardvol.kvstore.s3_reads import S3Reads
+from shardvol.kvstore.s3_multipart import BotocoreParts, PartCalls, check_part_size, upload
+from shardvol.kvstore.s3_reads import S3Reads, ToBotocore
 from shardvol.kvstore.s3_reads import plain as s3_plain
 from shardvol.kvstore.s3_writes import S3DirectObjects
 from shardvol.kvstore.versioned_reads import (
@@ -134,7 +134,8 @@ class FsspecStore(KVStore):
     budgets (see :mod:`shardvol.kvstore.s3_multipart`); so are conditional creates, while a
     conditional replacement stays one PUT (up to 5 GiB).  GCS writes of that size are
     gcsfs's resumable uploads; smaller ones, and S3's, go through shardvol's client
-    (:mod:`shardvol.kvstore.s3_writes`, :mod:`shardvol.kvstore.gcs_writes`).
+    (:mod:`shardvol.kvstore.s3_writes`, :mod:`shardvol.kvstore.gcs_writes`) unless the
+    store's options keep the filesystem's.
     """
 
     def __init__(self, url: str, lease_ttl: float | None = None,
@@ -549,7 +550,7 @@ class FsspecStore(KVStore):
             parts = [b"".join(parts)]
         try:
             if self._multipart(key, size):
-                self._upload(path, b"".join(parts))
+                self._upload(path, parts[0] if len(parts) == 1 else b"".join(parts))
                 return
             (data,) = parts if direct is None else [b""]
             put = (partial(direct.put, path, parts, direct.checksum(parts)) if direct is not None
@@ -574,16 +575,27 @@ class FsspecStore(KVStore):
         written under a lease, small metadata, stay one PUT checked against the lease)."""
         return self._s3 and size >= self.multipart_threshold and key not in self._leases
 
-    def _upload(self, path: str, data: bytes, if_none_match: bool = False) -> str | None:
+    def _upload(self, path: str, data: bytes | memoryview,
+                if_none_match: bool = False) -> str | None:
+        """A multipart upload (see :mod:`shardvol.kvstore.s3_multipart`), through
+        shardvol's client unless the store's requests take botocore."""
+        def through(calls: PartCalls) -> str | None:
+            return run_on(self._loop, upload(calls, self.requests, path, data, self.part_size,
+                                             if_none_match))
+
         try:
-            return run_on(self._loop, upload(self.fs, self.requests, path, data,
-                                               self.part_size, if_none_match))
+            direct = (self._direct.parts(path) if isinstance(self._direct, S3DirectObjects)
+                      else None)
+            if direct is not None:
+                with contextlib.suppress(ToBotocore):  # (from the first request: nothing made)
+                    return through(direct)
+            return through(BotocoreParts(self.fs, path))
         except StoreError:
             raise
-        except Exception as e:  # botocore's: access denied, no such bucket, ...
+        except Exception as e:  # botocore's or S3's: access denied, no such bucket, ...
             raise StoreError(f"cannot upload {path} in parts: {e}") from e
         finally:
-            self.fs.invalidate_cache(path)  # (s3fs's listings, as its own writes do)
+            self._written(path)
 
     def set_if(self, key: str, value: bytes | memoryview, version: Hashable | None) -> bool:
         """One PUT with ``If-Match: <version>`` (``If-None-Match: *`` for None: on S3 a

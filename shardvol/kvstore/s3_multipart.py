@@ -9,9 +9,9 @@ another writer's, so it is left to the bucket's ``AbortIncompleteMultipartUpload
 lifecycle rule.)  A completion may be conditional (``If-None-Match: *``: created only if
 absent).  A completion whose answer was lost and whose repeat fails (the upload is gone,
 or the object now exists) is recognised as this upload's own by the object's ETag, which
-S3 derives from the parts'.  Parts carry CRC32 checksums, which the completion lists, as
-AWS's own transfer manager does.  The filesystem's ``s3_additional_kwargs`` (encryption,
-storage class, metadata) apply to every request that takes them.
+S3 derives from the parts'.  The requests go through shardvol's client
+(:class:`~shardvol.kvstore.s3_writes.DirectParts`: each part signed with its SHA-256) or
+through botocore (:class:`BotocoreParts`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from shardvol.errors import InvalidArgumentError, StoreError
 from shardvol.kvstore.conditional import CONFLICT, MISSING
@@ -30,7 +29,7 @@ from shardvol.kvstore.s3_conditional import call_kwargs
 MIN_PART = 5 << 20  # S3's smallest part (all but the last)
 MAX_PART = 5 << 30  # S3's largest part, and largest PUT
 MAX_PARTS = 10_000  # S3's most parts of one upload
-PARTS_AT_ONCE = 8  # parts of one upload in flight at most (each holds a copy of its bytes)
+PARTS_AT_ONCE = 8  # parts of one upload in flight at most
 
 
 def part_bounds(size: int, part_size: int) -> list[tuple[int, int]]:
@@ -50,35 +49,98 @@ def multipart_etag(part_etags: list[str]) -> str | None:
     return f'"{hashlib.md5(digests).hexdigest()}-{len(part_etags)}"'
 
 
-async def upload(fs: Any, requests: Requests, path: str, data: bytes, part_size: int,
-                 if_none_match: bool = False) -> str | None:
-    """Write ``data`` at ``path`` of the s3fs filesystem ``fs`` by a multipart upload, its
-    requests within ``requests``' budgets and retries; the new object's ETag, or None if
-    ``if_none_match`` and the object existed."""
-    from botocore.exceptions import ClientError
+class PartCalls(Protocol):
+    """The requests of one object's multipart upload, through one client; each is one
+    attempt (the caller retries), and S3's errors are raised as :meth:`code` reads them."""
 
-    client = await fs.set_session()
-    bucket, key, _ = fs.split_path(path)
+    async def create(self) -> str:
+        """A new upload; its id."""
 
-    def call(method: str, **kwargs: Any) -> Callable[[], Awaitable[Any]]:
+    async def part(self, upload_id: str, number: int, body: memoryview) -> dict[str, Any]:
+        """Part ``number`` sent; what the completion lists of it (``PartNumber``, ``ETag``,
+        a checksum)."""
+
+    async def complete(self, upload_id: str, parts: list[dict[str, Any]],
+                       if_none_match: bool) -> str:
+        """The upload completed from ``parts``; the object's ETag."""
+
+    async def abort(self, upload_id: str) -> None:
+        """The upload and its parts gone."""
+
+    async def etag(self) -> str | None:
+        """The object's ETag (a HEAD); None if it is absent."""
+
+    def code(self, error: BaseException) -> str | None:
+        """The S3 error code of an error these calls raised (None: not S3's answer)."""
+
+
+class BotocoreParts:
+    """The calls of a multipart upload of ``path`` through the s3fs filesystem ``fs``'s
+    client: its ``s3_additional_kwargs`` (encryption, storage class, metadata) apply to
+    every request that takes them; parts carry CRC32 checksums, which the completion lists,
+    as AWS's own transfer manager does."""
+
+    def __init__(self, fs: Any, path: str) -> None:
+        self.fs, self.path = fs, path
+        self.bucket, self.key, _ = fs.split_path(path)
+
+    async def _call(self, method: str, **kwargs: Any) -> Any:
+        client = await self.fs.set_session()
         bound = getattr(client, method)
-        return lambda: bound(**call_kwargs(fs, bound, Bucket=bucket, Key=key, **kwargs))
+        return await bound(**call_kwargs(self.fs, bound, Bucket=self.bucket, Key=self.key,
+                                         **kwargs))
 
-    created = await requests.one(call("create_multipart_upload", ChecksumAlgorithm="CRC32"),
-                                 f"S3 create_multipart_upload {path}")
-    upload_id = created["UploadId"]
-    bounds = part_bounds(len(data), part_size)
-    room = asyncio.Semaphore(PARTS_AT_ONCE)
+    async def create(self) -> str:
+        return str((await self._call("create_multipart_upload",
+                                     ChecksumAlgorithm="CRC32"))["UploadId"])
 
-    async def send(number: int, start: int, stop: int) -> dict[str, Any]:
-        async with room:  # (the part's copy of its bytes lives while it is sent)
-            part = call("upload_part", UploadId=upload_id, PartNumber=number,
-                        Body=data[start:stop], ChecksumAlgorithm="CRC32")
-            out = await requests.one(part, f"S3 upload_part {number} of {len(bounds)} of {path}")
+    async def part(self, upload_id: str, number: int, body: memoryview) -> dict[str, Any]:
+        # (botocore takes bytes: the part's copy lives while it is sent)
+        out = await self._call("upload_part", UploadId=upload_id, PartNumber=number,
+                               Body=bytes(body), ChecksumAlgorithm="CRC32")
         done = {"PartNumber": number, "ETag": out["ETag"]}
         if "ChecksumCRC32" in out:  # (S3 returns it; stores that ignore checksums may not)
             done["ChecksumCRC32"] = out["ChecksumCRC32"]
         return done
+
+    async def complete(self, upload_id: str, parts: list[dict[str, Any]],
+                       if_none_match: bool) -> str:
+        condition = {"IfNoneMatch": "*"} if if_none_match else {}
+        return str((await self._call("complete_multipart_upload", UploadId=upload_id,
+                                     MultipartUpload={"Parts": parts}, **condition))["ETag"])
+
+    async def abort(self, upload_id: str) -> None:
+        await self._call("abort_multipart_upload", UploadId=upload_id)
+
+    async def etag(self) -> str | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            return str((await self._call("head_object"))["ETag"])
+        except ClientError as e:
+            if self.code(e) in MISSING | {"NotFound"}:
+                return None
+            raise
+
+    def code(self, error: BaseException) -> str | None:
+        response = getattr(error, "response", None)
+        return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+
+
+async def upload(calls: PartCalls, requests: Requests, path: str, data: bytes | memoryview,
+                 part_size: int, if_none_match: bool = False) -> str | None:
+    """Write ``data`` at ``path`` by a multipart upload through ``calls``, its requests
+    within ``requests``' budgets and retries; the new object's ETag, or None if
+    ``if_none_match`` and the object existed."""
+    upload_id = await requests.one(calls.create, f"S3 create_multipart_upload {path}")
+    bounds = part_bounds(len(data), part_size)
+    room = asyncio.Semaphore(PARTS_AT_ONCE)
+    view = memoryview(data).cast("B")
+
+    async def send(number: int, start: int, stop: int) -> dict[str, Any]:
+        async with room:
+            return await requests.one(lambda: calls.part(upload_id, number, view[start:stop]),
+                                      f"S3 upload_part {number} of {len(bounds)} of {path}")
 
     completed = False
     try:
@@ -89,25 +151,22 @@ async def upload(fs: Any, requests: Requests, path: str, data: bytes, part_size:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        condition = {"IfNoneMatch": "*"} if if_none_match else {}
-        complete = call("complete_multipart_upload", UploadId=upload_id,
-                        MultipartUpload={"Parts": parts}, **condition)
         attempts = 0
 
-        async def attempt() -> Any:
+        async def attempt() -> str:
             nonlocal attempts
             attempts += 1
-            return await complete()
+            return await calls.complete(upload_id, parts, if_none_match)
 
         try:
             done = await requests.one(attempt, f"S3 complete_multipart_upload {path}")
             completed = True
-            return str(done["ETag"])
-        except ClientError as e:
-            code = e.response.get("Error", {}).get("Code")
+            return done
+        except Exception as e:
+            code = calls.code(e)
             if code in CONFLICT or (code == "NoSuchUpload" and attempts > 1):
                 expected = multipart_etag([p["ETag"] for p in parts])
-                now = await _etag_of(requests, call("head_object"), path)
+                now = await _etag_of(requests, calls, path)
                 if expected is not None and now == expected:
                     return expected  # (completed by an attempt whose answer was lost)
                 if code in CONFLICT and if_none_match:
@@ -115,24 +174,18 @@ async def upload(fs: Any, requests: Requests, path: str, data: bytes, part_size:
             raise
     finally:
         if not completed:  # (failed, or the object existed: no parts left behind)
-            abort = call("abort_multipart_upload", UploadId=upload_id)
             with contextlib.suppress(Exception):
-                aborting = asyncio.ensure_future(
-                    requests.one(abort, f"S3 abort_multipart_upload {path}"))
+                aborting = asyncio.ensure_future(requests.one(
+                    lambda: calls.abort(upload_id), f"S3 abort_multipart_upload {path}"))
                 await asyncio.shield(aborting)
 
 
-async def _etag_of(requests: Requests, head: Callable[[], Awaitable[Any]],
-                   path: str) -> str | None:
+async def _etag_of(requests: Requests, calls: PartCalls, path: str) -> str | None:
     """The object's ETag (None if absent); a HEAD that fails for good leaves the outcome of
     the write unknown, which is an error."""
-    from botocore.exceptions import ClientError
-
     try:
-        return str((await requests.one(head, f"S3 head_object {path}"))["ETag"])
-    except ClientError as e:
-        if e.response.get("Error", {}).get("Code") in MISSING | {"NotFound"}:
-            return None
+        return await requests.one(calls.etag, f"S3 head_object {path}")
+    except Exception as e:
         raise StoreError(f"cannot tell whether the upload of {path} completed: {e}") from e
 
 

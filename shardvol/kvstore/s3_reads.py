@@ -328,15 +328,16 @@ class S3Transport:
     async def request(self, method: str, path: str, headers: dict[str, str],
                       stall: float | None, version: str | None,
                       body: Sequence[bytes | memoryview] | None = None,
-                      sha256: str = EMPTY_SHA256) -> AsyncIterator[Answer]:
+                      sha256: str = EMPTY_SHA256, query: str = "") -> AsyncIterator[Answer]:
         """The answer to ``method`` of the object at ``path`` (with ``body``, whose hash
-        is ``sha256``), signed; S3's errors raised (S3Error), but for an absent key
-        (404), a failed condition (412) and 304, 416.  ToBotocore if the bucket is one
-        botocore must take (it is then in ``elsewhere``)."""
+        is ``sha256``; with a ``query`` that sigv4.query wrote), signed; S3's errors raised
+        (S3Error), but for an absent key (404), a failed condition (412) and 304, 416.
+        ToBotocore if the bucket is one botocore must take (it is then in
+        ``elsewhere``)."""
         name, key = split(path)
         try:
             bucket = await self._bucket(name)
-            url = bucket.prefix + quote(key, safe="/~")
+            url = bucket.prefix + quote(key, safe="/~") + (f"?{query}" if query else "")
             headers = etag_condition(headers, version)
             if bucket.region is not None:
                 headers = {**headers, **signed_headers(method, url, await self._credentials(),

@@ -6,24 +6,29 @@ unconditional ones for a store's writes, conditional ones (``If-None-Match``,
 work, some 2 ms of CPU a PUT through s3fs, is what bounded a store's writes of many small
 objects; and a store that writes no large object imports neither s3fs nor botocore.
 
-Buckets the client does not sign for (see ToBotocore) are written through s3fs's client
-from the first request that finds it out, as they are read; so are multipart uploads
-(:mod:`shardvol.kvstore.s3_multipart`) and listings.
+Multipart uploads (:mod:`shardvol.kvstore.s3_multipart`) take the client too
+(:class:`DirectParts`).  Buckets the client does not sign for (see ToBotocore) are written
+through s3fs's client from the first request that finds it out, as they are read;
+listings go through it always.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+import html
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
+from xml.sax.saxutils import escape
 
 from shardvol.errors import StoreError
 from shardvol.kvstore.conditional import CONFLICT, ConditionalCalls, Outcome
 from shardvol.kvstore.http_client import HttpStatusError
 from shardvol.kvstore.remote import run_on
 from shardvol.kvstore.s3_conditional import S3ConditionalObjects
-from shardvol.kvstore.s3_reads import S3Error, S3Reads, ToBotocore, split
-from shardvol.kvstore.sigv4 import EMPTY_SHA256, payload_hash
+from shardvol.kvstore.s3_reads import S3Error, S3Reads, S3Transport, ToBotocore, split
+from shardvol.kvstore.sigv4 import EMPTY_SHA256, payload_hash, query
 from shardvol.kvstore.versioned_reads import entity
 
 _VERBS = {"put_object": "PUT", "get_object": "GET", "delete_object": "DELETE"}
@@ -50,6 +55,11 @@ class S3DirectObjects(ConditionalCalls):
 
     def _elsewhere(self, path: str) -> bool:
         return split(path)[0] in self.transport.elsewhere
+
+    def parts(self, path: str) -> DirectParts | None:
+        """The calls of a multipart upload of ``path`` through the client (None: the
+        bucket is one botocore must take)."""
+        return None if self._elsewhere(path) else DirectParts(self.transport, self.stall, path)
 
     async def put(self, path: str, parts: Sequence[bytes | memoryview], sha256: str) -> None:
         """One attempt to write the object at ``path``: ``parts`` joined, whose SHA-256 is
@@ -127,3 +137,77 @@ class S3DirectObjects(ConditionalCalls):
             if verb != "GET":
                 self._written(path)
         return outcome
+
+
+class DirectParts:
+    """The calls of a multipart upload of ``path`` (see s3_multipart.PartCalls) through
+    ``transport``: each part signed with its SHA-256 (computed off the event loop), which
+    S3 checks, so the completion lists no checksums."""
+
+    def __init__(self, transport: S3Transport, stall: float | None, path: str) -> None:
+        self.transport, self.stall, self.path = transport, stall, path
+
+    @contextlib.asynccontextmanager
+    async def _request(self, method: str, fields: list[tuple[str, str]],
+                       headers: dict[str, str] | None = None,
+                       body: Sequence[bytes | memoryview] | None = None,
+                       sha256: str = EMPTY_SHA256) -> AsyncIterator[Any]:
+        async with self.transport.request(method, self.path, headers or {}, self.stall, None,
+                                          body, sha256, query(fields)) as r:
+            if r.status >= 300:  # (a 404 or 412 the transport let through)
+                raise S3Error(f"s3://{self.path}", r.status, "", r.headers,
+                              {404: "NoSuchUpload", 412: "PreconditionFailed"}.get(r.status, ""))
+            yield r
+
+    async def create(self) -> str:
+        async with self._request("POST", [("uploads", "")]) as r:
+            return _xml_field(bytes(await r.read()), "UploadId", self.path)
+
+    async def part(self, upload_id: str, number: int, body: memoryview) -> dict[str, Any]:
+        sha256 = await asyncio.get_running_loop().run_in_executor(None, payload_hash, [body])
+        async with self._request("PUT", [("partNumber", str(number)), ("uploadId", upload_id)],
+                                 body=[body], sha256=sha256) as r:
+            await r.read()
+            etag = r.headers.get("etag")
+        if not etag:
+            raise StoreError(f"s3://{self.path}: part {number} answered without an ETag")
+        return {"PartNumber": str(number), "ETag": etag}
+
+    async def complete(self, upload_id: str, parts: list[dict[str, Any]],
+                       if_none_match: bool) -> str:
+        document = ("<CompleteMultipartUpload>" + "".join(
+            f"<Part><PartNumber>{p['PartNumber']}</PartNumber><ETag>{escape(p['ETag'])}</ETag>"
+            "</Part>" for p in parts) + "</CompleteMultipartUpload>").encode()
+        headers = {"Content-Type": "application/xml"}
+        if if_none_match:
+            headers["If-None-Match"] = "*"
+        async with self._request("POST", [("uploadId", upload_id)], headers, [document],
+                                 payload_hash([document])) as r:
+            answer = bytes(await r.read())
+        if b"<Error>" in answer:  # (S3 may answer a completion 200 with an error)
+            code = _xml_field(answer, "Code", self.path)
+            status = 500 if code in ("InternalError", "SlowDown") else 400
+            raise S3Error(f"s3://{self.path}", status, code, {}, code)
+        return html.unescape(_xml_field(answer, "ETag", self.path))
+
+    async def abort(self, upload_id: str) -> None:
+        async with self._request("DELETE", [("uploadId", upload_id)]) as r:
+            await r.read()
+
+    async def etag(self) -> str | None:
+        async with self.transport.request("HEAD", self.path, {}, self.stall, None) as r:
+            if r.status == 404:
+                return None
+            r.raise_for_status()
+            return r.headers.get("etag")
+
+    @staticmethod
+    def code(error: BaseException) -> str | None:
+        return error.s3_code if isinstance(error, S3Error) else None
+
+
+def _xml_field(document: bytes, name: str, path: str) -> str:
+    found = re.search(rb"<%s>([^<]*)</%s>" % (name.encode(), name.encode()), document)
+    if found is None:
+        raise StoreError(f"s3://{path}: an answer without its {name}: {document[:200]!r}")
+    return found[1].decode()

@@ -17,7 +17,7 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 from typing import NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -39,6 +39,19 @@ def _signing_key(secret: str, day: str, region: str, service: str) -> bytes:
     return key
 
 
+def query(fields: Sequence[tuple[str, str]]) -> str:
+    """A URL's query of these fields (a field without a value: ""), each name and value
+    percent-encoded as SigV4 signs them (all but RFC 3986's unreserved characters)."""
+    return "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in fields)
+
+
+def _canonical_query(text: str) -> str:
+    """The canonical form of a query written by :func:`query`: its fields sorted by name,
+    then value."""
+    fields = sorted(tuple(f.partition("=")[::2]) for f in text.split("&")) if text else []
+    return "&".join(f"{k}={v}" for k, v in fields)
+
+
 def payload_hash(parts: Sequence[bytes | memoryview]) -> str:
     """The SHA-256 (hex) of a body sent as ``parts``."""
     digest = hashlib.sha256()
@@ -50,14 +63,13 @@ def payload_hash(parts: Sequence[bytes | memoryview]) -> str:
 def signed_headers(method: str, url: str, credentials: Credentials, region: str,
                    service: str = "s3", now: datetime.datetime | None = None,
                    payload: str = EMPTY_SHA256) -> dict[str, str]:
-    """The headers that sign ``method url`` (no query) with a body whose SHA-256 is
-    ``payload`` (default: no body) for ``service`` in ``region``, at ``now`` (UTC;
-    default: the clock): ``Host``, ``X-Amz-Date``, ``X-Amz-Content-SHA256``,
-    ``X-Amz-Security-Token`` (with a token) and ``Authorization``.  The path of ``url``
-    is signed as it is written (already percent-encoded, as S3 takes it)."""
+    """The headers that sign ``method url`` with a body whose SHA-256 is ``payload``
+    (default: no body) for ``service`` in ``region``, at ``now`` (UTC; default: the
+    clock): ``Host``, ``X-Amz-Date``, ``X-Amz-Content-SHA256``, ``X-Amz-Security-Token``
+    (with a token) and ``Authorization``.  The path of ``url`` is signed as it is written
+    (already percent-encoded, as S3 takes it); its query's fields (see :func:`query`) in
+    their canonical order."""
     parts = urlsplit(url)
-    if parts.query:
-        raise ValueError(f"{url}: a signed URL here carries no query")
     stamp = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     fields = {"host": parts.netloc.lower(), "x-amz-content-sha256": payload,
               "x-amz-date": stamp}
@@ -65,7 +77,7 @@ def signed_headers(method: str, url: str, credentials: Credentials, region: str,
         fields["x-amz-security-token"] = credentials.token
     names = sorted(fields)
     signed = ";".join(names)
-    canonical = "\n".join([method, parts.path or "/", "",
+    canonical = "\n".join([method, parts.path or "/", _canonical_query(parts.query),
                            "".join(f"{n}:{fields[n].strip()}\n" for n in names),
                            signed, payload])
     scope = f"{stamp[:8]}/{region}/{service}/aws4_request"
