@@ -86,7 +86,8 @@ def test_deletes_through_the_api(api):
 
 
 def test_conditional_writes(api):
-    """set_if, delete_if: S3's If-None-Match / If-Match, GCS's ifGenerationMatch."""
+    """set_if, delete_if, set_parts_if (the parts sent unjoined): S3's If-None-Match /
+    If-Match, GCS's ifGenerationMatch."""
     _, bucket, store_of = api
     store = store_of("d")
     assert store.conditional_writes and store.locks_across_processes
@@ -98,6 +99,10 @@ def test_conditional_writes(api):
     assert store.delete_if("k", store.get_versioned("k")[1])
     assert not store.set_if("gone", b"5", stale)  # (absent: no version to match)
     assert sorted(p.name for p in (bucket / "d").iterdir()) == []
+    parts = [b"ab", memoryview(b"cde"), b"", np.arange(3, dtype=np.uint16).data]
+    assert store.set_parts_if("p", parts, None) and not store.set_parts_if("p", [b"x"], None)
+    assert store.set_parts_if("p", parts[::-1], store.get_versioned("p")[1])
+    assert (bucket / "d" / "p").read_bytes() == b"".join(bytes(p) for p in parts[::-1])
 
 
 def _increment(url: str, options: dict, n: int) -> None:

@@ -341,11 +341,11 @@ def test_a_unit_that_keeps_changing_fails_after_the_conflict_timeout(bucket):
     h[...] = 1
     calls = []
 
-    def always_changed(key, value, version):
+    def always_changed(key, parts, version):
         calls.append(key)
         return False
 
-    store.set_if = always_changed  # type: ignore[method-assign]
+    store.set_parts_if = always_changed  # type: ignore[method-assign]  # (a shard's parts)
     start = time.monotonic()
     with pytest.raises(WriteConflictError, match=r"shard s3://.*/v/.*0\.shard.*0\.5 s"):
         h[A] = 2

@@ -227,6 +227,12 @@ class KVStore(ABC):
         bytes, and otherwise the value is what the write meant it to be."""
         raise NotImplementedError(f"{self.url} has no conditional writes")
 
+    def set_parts_if(self, key: str, parts: Sequence[bytes | memoryview],
+                     version: Hashable | None) -> bool:
+        """:meth:`set_if` of the concatenation of ``parts``; stores that can write the parts
+        without joining them override this."""
+        return self.set_if(key, b"".join(parts), version)
+
     def delete_if(self, key: str, version: Hashable | None) -> bool:
         """Delete ``key`` only if it is still at ``version``; whether it is gone as asked
         (an absent ``key``, or ``version`` None: nothing to delete, done).  Stores with

@@ -59,10 +59,17 @@ def redo_on_conflict(attempt: Callable[[], T], timeout: float | None, what: str)
         delay = min(2 * delay, _MAX_DELAY)
 
 
-def write_if(store: KVStore, key: str, value: bytes | memoryview | None,
+def write_if(store: KVStore, key: str,
+             value: bytes | memoryview | list[bytes | memoryview] | None,
              version: Hashable | None) -> None:
-    """Store ``value`` under ``key`` (None: delete it) only if ``key`` is still at
-    ``version`` (None: absent), else UnitChangedError naming it."""
-    done = store.delete_if(key, version) if value is None else store.set_if(key, value, version)
+    """Store ``value`` (a list: the concatenation of its parts) under ``key`` (None: delete
+    it) only if ``key`` is still at ``version`` (None: absent), else UnitChangedError
+    naming it."""
+    if value is None:
+        done = store.delete_if(key, version)
+    elif isinstance(value, list):
+        done = store.set_parts_if(key, value, version)
+    else:
+        done = store.set_if(key, value, version)
     if not done:
         raise UnitChangedError(f"{store.url}/{key} changed since it was read")

@@ -16,6 +16,18 @@ CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
 MISSING = {"NoSuchKey", "404"}  # (no such object; "404": a HEAD's, which has no body)
 
 
+#: A value written: its bytes, or parts to be sent one after the other
+Body = bytes | list[bytes | memoryview]
+
+
+def joined(body: Body) -> bytes:
+    return body if isinstance(body, bytes) else b"".join(body)
+
+
+def parts_of(body: Body) -> list[bytes | memoryview]:
+    return [body] if isinstance(body, bytes) else body
+
+
 class Outcome:
     """How a conditional call ended: its response, or why not (the S3 error code of a
     failed condition or an absent object)."""
@@ -46,7 +58,7 @@ class ConditionalCalls:
         outcomes, other failures StoreErrors)."""
         raise NotImplementedError
 
-    def _ours(self, path: str, outcome: Outcome, body: bytes) -> str | None:
+    def _ours(self, path: str, outcome: Outcome, body: Body) -> str | None:
         """The version of the object a conditional write wrote, or None if its condition
         failed: unless the object holds ``body`` (the write went through, then its answer
         was lost and a repeat failed the condition)."""
@@ -55,12 +67,14 @@ class ConditionalCalls:
         if outcome.code not in CONFLICT:
             return None
         now = self.current(path)
-        return now[0] if now is not None and now[1] == body else None
+        return now[0] if now is not None and now[1] == joined(body) else None
 
-    def create(self, path: str, body: bytes) -> str | None:
+    def create(self, path: str, body: Body) -> str | None:
+        """Write ``body`` (bytes, or parts) at ``path`` if it is absent; its version."""
         return self._ours(path, self._call("put_object", path, Body=body, IfNoneMatch="*"), body)
 
-    def replace(self, path: str, body: bytes, version: str) -> str | None:
+    def replace(self, path: str, body: Body, version: str) -> str | None:
+        """Write ``body`` at ``path`` if it is at ``version``; the new version."""
         return self._ours(path, self._call("put_object", path, Body=body, IfMatch=version), body)
 
     def current(self, path: str) -> tuple[str, bytes] | None:

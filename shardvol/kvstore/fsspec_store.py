@@ -602,18 +602,28 @@ class FsspecStore(KVStore):
         multipart upload from ``multipart_threshold`` bytes; on GCS an upload with
         ``ifGenerationMatch``, 0 for None), retried on transient failures; a failed
         condition is False (also 404: the object went)."""
+        return self.set_parts_if(key, [bytes(value)], version)
+
+    def set_parts_if(self, key: str, parts: Sequence[bytes | memoryview],
+                     version: Hashable | None) -> bool:
+        """:meth:`set_if` of the concatenation of ``parts``, sent without joining them
+        through shardvol's client (but for a multipart upload)."""
         self._require_writable(key)
         cas = self._conditional(key)
-        path, data = self._path(key), bytes(value)
+        path = self._path(key)
+        size = sum(memoryview(p).nbytes for p in parts)
+        body: bytes | list[bytes | memoryview] = (
+            list(parts) if self._direct is not None else b"".join(parts))
         try:
             if version is None:
-                if self._multipart(key, len(data)):
-                    return self._upload(path, data, if_none_match=True) is not None
-                return cas.create(path, data) is not None
-            if self._s3 and len(data) > _MAX_PUT:
+                if self._multipart(key, size):
+                    return self._upload(path, b"".join(parts),
+                                        if_none_match=True) is not None
+                return cas.create(path, body) is not None
+            if self._s3 and size > _MAX_PUT:
                 raise StoreError(f"cannot replace {key!r} in {self.url} conditionally: "
-                                 f"{len(data):,} bytes is more than one PUT takes")
-            return cas.replace(path, data, str(version)) is not None
+                                 f"{size:,} bytes is more than one PUT takes")
+            return cas.replace(path, body, str(version)) is not None
         finally:
             self._forget_in_flight(path)
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import crc32c
 
 from shardvol.errors import StoreError
-from shardvol.kvstore.conditional import ConditionalCalls, Outcome
+from shardvol.kvstore.conditional import ConditionalCalls, Outcome, parts_of
 from shardvol.kvstore.gcs_reads import GcsTransport
 from shardvol.kvstore.http_client import HttpStatusError
 from shardvol.kvstore.remote import Requests, run_on
@@ -99,6 +99,8 @@ class GcsDirectObjects(ConditionalCalls):
     def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> Outcome:
         outcome = Outcome()
         generation = kwargs.get("IfMatch", "0" if kwargs.get("IfNoneMatch") == "*" else None)
+        body = parts_of(kwargs["Body"]) if "Body" in kwargs else []
+        checksum = self.checksum(body)  # (here, off the event loop)
 
         async def attempt() -> dict | None:
             outcome.attempts += 1
@@ -111,8 +113,7 @@ class GcsDirectObjects(ConditionalCalls):
                     raise value
                 return {"ETag": version, "Body": bytes(value)}
             if method == "put_object":
-                body = [kwargs["Body"]]
-                answer = await self.put(path, body, self.checksum(body), generation)
+                answer = await self.put(path, body, checksum, generation)
             else:
                 answer = await self.remove(path, generation)
             outcome.code = {412: "PreconditionFailed", 404: "NoSuchKey"}.get(answer.status)

@@ -107,6 +107,10 @@ class PrefixStore(KVStore):
     def set_if(self, key: str, value: bytes | memoryview, version: Hashable | None) -> bool:
         return self.base.set_if(self._k(key), value, version)
 
+    def set_parts_if(self, key: str, parts: Sequence[bytes | memoryview],
+                     version: Hashable | None) -> bool:
+        return self.base.set_parts_if(self._k(key), parts, version)
+
     def delete_if(self, key: str, version: Hashable | None) -> bool:
         return self.base.delete_if(self._k(key), version)
 

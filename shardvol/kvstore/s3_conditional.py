@@ -18,7 +18,7 @@ from typing import Any, cast
 from shardvol.compression import content_coding
 from shardvol.errors import ByteRangeError, StoreError
 from shardvol.kvstore.arriving import Arriving, fill
-from shardvol.kvstore.conditional import CONFLICT, MISSING, ConditionalCalls, Outcome
+from shardvol.kvstore.conditional import CONFLICT, MISSING, ConditionalCalls, Outcome, joined
 from shardvol.kvstore.remote import Requests, run_on
 from shardvol.kvstore.versioned_reads import check_rest, entity, range_header
 
@@ -41,6 +41,8 @@ class S3ConditionalObjects(ConditionalCalls):
 
         bucket, key, _ = self.fs.split_path(path)
         outcome = Outcome()
+        if "Body" in kwargs:  # (botocore takes bytes)
+            kwargs["Body"] = joined(kwargs["Body"])
 
         async def attempt() -> dict:
             outcome.attempts += 1

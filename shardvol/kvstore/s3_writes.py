@@ -23,7 +23,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from shardvol.errors import StoreError
-from shardvol.kvstore.conditional import CONFLICT, ConditionalCalls, Outcome
+from shardvol.kvstore.conditional import CONFLICT, ConditionalCalls, Outcome, parts_of
 from shardvol.kvstore.http_client import HttpStatusError
 from shardvol.kvstore.remote import run_on
 from shardvol.kvstore.s3_conditional import S3ConditionalObjects
@@ -105,7 +105,7 @@ class S3DirectObjects(ConditionalCalls):
     def _direct(self, method: str, path: str, **kwargs: Any) -> Outcome:
         verb, outcome = _VERBS[method], Outcome()
         body = kwargs.get("Body")
-        parts = None if body is None else [body]
+        parts = None if body is None else parts_of(body)
         sha256 = EMPTY_SHA256 if parts is None else payload_hash(parts)
         headers = {_CONDITIONS[k]: v for k, v in kwargs.items() if k in _CONDITIONS}
 

@@ -205,11 +205,20 @@ def assemble_shard(
     """One shard file from encoded ``blobs``; keys sorted by (minishard, key), unique.
     ``prefixes``: bytes stored just before each blob, outside its indexed range (the
     multi-resolution mesh layout keeps a label's fragment data there)."""
+    return b"".join(shard_parts(spec, keys, minishards, blobs, prefixes))
+
+
+def shard_parts(
+    spec: ShardingSpec, keys: np.ndarray, minishards: np.ndarray,
+    blobs: Sequence[bytes | memoryview], prefixes: Sequence[bytes | memoryview] | None = None,
+) -> list[bytes | memoryview]:
+    """The shard file of :func:`assemble_shard` as the parts it joins (the blobs are not
+    copied: a store can write them without joining them)."""
     n = len(keys)
     base = spec.index_length
     index = np.zeros((spec.num_minishards, 2), dtype=_U64)
     if n == 0:
-        return index.tobytes()
+        return [index.tobytes()]
     sizes = np.fromiter(map(len, blobs), dtype=np.uint64, count=n)
     stored = sizes if prefixes is None else sizes + np.fromiter(map(len, prefixes),
                                                                 dtype=np.uint64, count=n)
@@ -226,7 +235,7 @@ def assemble_shard(
     index[used, 0] = msi_ends - msi_sizes
     index[used, 1] = msi_ends
     body = blobs if prefixes is None else [b for pair in zip(prefixes, blobs) for b in pair]
-    return b"".join([index.tobytes(), *body, *msis])
+    return [index.tobytes(), *body, *msis]
 
 
 def encode_shard(

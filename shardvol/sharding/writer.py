@@ -34,6 +34,7 @@ from shardvol.sharding.format import (
     assemble_shard,
     encode_values,
     run_bounds,
+    shard_parts,
     sort_entries,
 )
 from shardvol.sharding.reader import ShardReader, fetch_shard, obsolete_names
@@ -217,13 +218,14 @@ def _rewrite(
         values = list(entries.values())
         order, _, minishards = sort_entries(spec, keys)
         ordered = keys[order].tolist()
-        data = assemble_shard(spec, keys[order], minishards, [values[i] for i in order.tolist()],
-                              [prefixes.get(k, b"") for k in ordered]
-                              if any(prefixes.values()) else None)
+        # (the shard's parts: a store writes them without joining them into a copy)
+        parts = shard_parts(spec, keys[order], minishards, [values[i] for i in order.tolist()],
+                            [prefixes.get(k, b"") for k in ordered]
+                            if any(prefixes.values()) else None)
         if current.checked:
-            write_if(store, fn, data, current.version)
+            write_if(store, fn, parts, current.version)
         else:
-            store.set(fn, data)
+            store.set_parts(fn, parts)
     elif current.checked:
         write_if(store, fn, None, current.version)
     else:
