@@ -38,8 +38,9 @@ import subprocess
 import sys
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, BinaryIO
 
 import crc32c
 from aiohttp import ClientSession, ClientTimeout, web
@@ -152,17 +153,23 @@ def _write_file(request: web.Request, path: str, body: bytes,
         if meta.get("crc32c", crc) != crc:
             return _gcs_error(400, "Provided CRC32C \"{}\" doesn't match calculated CRC32C "
                                    "\"{}\".".format(meta["crc32c"], crc))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    temporary = f"{path}.{os.getpid()}.{random.getrandbits(48):x}.part"
-    with open(temporary, "wb") as f:
-        f.write(body)
-    os.replace(temporary, path)
-    st = os.stat(path)
+    st = _replace_file(path, lambda f: f.write(body))
     if gcs is None:
         return 200, {"ETag": _etag(st)}, b""
     return 200, {"Content-Type": "application/json"}, json.dumps({
         "kind": "storage#object", "bucket": gcs[0], "name": gcs[1], "size": str(st.st_size),
         "generation": _generation(st), "metageneration": "1", "crc32c": crc}).encode()
+
+
+def _replace_file(path: str, write: Callable[[BinaryIO], object]) -> os.stat_result:
+    """Replace the file at ``path`` (or create it) atomically by what ``write`` writes to
+    a file beside it; the new file's stat."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.{random.getrandbits(48):x}.part"
+    with open(temporary, "wb") as f:
+        write(f)
+    os.replace(temporary, path)
+    return os.stat(path)
 
 
 def _s3_multipart(request: web.Request, path: str,
@@ -194,15 +201,14 @@ def _s3_multipart(request: web.Request, path: str,
         return _s3_error(404, "NoSuchUpload")
     if request.headers.get("If-None-Match", "").strip() == "*" and os.path.isfile(path):
         return _s3_error(412, "PreconditionFailed")
-    temporary = f"{path}.{os.getpid()}.{random.getrandbits(48):x}.part"
-    with open(temporary, "wb") as out:
+    def join(out: BinaryIO) -> None:
         for p in parts:
             with open(p, "rb") as f:
                 shutil.copyfileobj(f, out, 16 << 20)
-    os.replace(temporary, path)
+
+    etag = _etag(_replace_file(path, join))
     for p in parts:
         os.unlink(p)
-    etag = _etag(os.stat(path))
     return 200, {"Content-Type": "application/xml"}, (
         f"<CompleteMultipartUploadResult><ETag>{etag}</ETag>"
         "</CompleteMultipartUploadResult>").encode()

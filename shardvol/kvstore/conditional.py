@@ -14,6 +14,8 @@ from typing import Any
 # S3 error codes: the condition failed (412), or a concurrent conditional write won (409)
 CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict"}
 MISSING = {"NoSuchKey", "404"}  # (no such object; "404": a HEAD's, which has no body)
+#: The outcome a conditional request's status names (S3's codes, for GCS's answers too)
+OUTCOME_OF_STATUS = {412: "PreconditionFailed", 404: "NoSuchKey"}
 
 
 #: A value written: its bytes, or parts to be sent one after the other

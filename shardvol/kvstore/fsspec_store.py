@@ -542,21 +542,21 @@ class FsspecStore(KVStore):
         self._require_writable(key)
         self._check_lease(key)
         path = self._path(key)
-        direct = self._direct
         size = sum(memoryview(p).nbytes for p in parts)
-        if not self._s3 and size >= self.multipart_threshold:
-            direct = None  # (GCS: gcsfs's resumable uploads, in pieces)
-        if direct is None and len(parts) != 1:
-            parts = [b"".join(parts)]
+        # (GCS values from multipart_threshold bytes: gcsfs's resumable uploads, in pieces)
+        direct = self._direct if self._s3 or size < self.multipart_threshold else None
         try:
             if self._multipart(key, size):
                 self._upload(path, parts[0] if len(parts) == 1 else b"".join(parts))
                 return
-            (data,) = parts if direct is None else [b""]
-            put = (partial(direct.put, path, parts, direct.checksum(parts)) if direct is not None
-                   else lambda: self.fs._pipe_file(path, data))
+            put: Callable[[], Awaitable[Any]]
+            if direct is not None:
+                put = partial(direct.put, path, parts, direct.checksum(parts))
+            else:
+                data = b"".join(parts)  # (a filesystem takes bytes)
+                put = lambda: self.fs._pipe_file(path, data)  # noqa: E731
             self._run(f"PUT {self.url}/{key}", self._leased(key, put),
-                      lambda: self.fs.pipe_file(path, data))
+                      lambda: self.fs.pipe_file(path, b"".join(parts)))
         except StoreError:
             raise
         except Exception as e:
@@ -584,11 +584,9 @@ class FsspecStore(KVStore):
                                              if_none_match))
 
         try:
-            direct = (self._direct.parts(path) if isinstance(self._direct, S3DirectObjects)
-                      else None)
-            if direct is not None:
+            if isinstance(self._direct, S3DirectObjects):
                 with contextlib.suppress(ToBotocore):  # (from the first request: nothing made)
-                    return through(direct)
+                    return through(self._direct.parts(path))
             return through(BotocoreParts(self.fs, path))
         except StoreError:
             raise
@@ -612,8 +610,7 @@ class FsspecStore(KVStore):
         cas = self._conditional(key)
         path = self._path(key)
         size = sum(memoryview(p).nbytes for p in parts)
-        body: bytes | list[bytes | memoryview] = (
-            list(parts) if self._direct is not None else b"".join(parts))
+        body = list(parts)  # (sent unjoined through shardvol's client; botocore joins them)
         try:
             if version is None:
                 if self._multipart(key, size):

@@ -3,7 +3,7 @@
 metadata, then its bytes, in one request, as gcsfs sends them) and DELETEs, unconditional
 ones for a store's writes, conditional ones (``ifGenerationMatch``: a value's version is
 its generation, 0 for "absent") for its leases and compare-and-swap updates (see
-:class:`~shardvol.kvstore.s3_conditional.ConditionalCalls`), as on S3.  gcsfs's
+:class:`~shardvol.kvstore.conditional.ConditionalCalls`), as on S3.  gcsfs's
 per-request work (the body joined with its metadata, aiohttp's session) is what bounded a
 store's writes of many small objects; here the value's parts are sent as they are.
 
@@ -26,7 +26,7 @@ from urllib.parse import quote
 import crc32c
 
 from shardvol.errors import StoreError
-from shardvol.kvstore.conditional import ConditionalCalls, Outcome, parts_of
+from shardvol.kvstore.conditional import OUTCOME_OF_STATUS, ConditionalCalls, Outcome, parts_of
 from shardvol.kvstore.gcs_reads import GcsTransport
 from shardvol.kvstore.http_client import HttpStatusError
 from shardvol.kvstore.remote import Requests, run_on
@@ -116,7 +116,7 @@ class GcsDirectObjects(ConditionalCalls):
                 answer = await self.put(path, body, checksum, generation)
             else:
                 answer = await self.remove(path, generation)
-            outcome.code = {412: "PreconditionFailed", 404: "NoSuchKey"}.get(answer.status)
+            outcome.code = OUTCOME_OF_STATUS.get(answer.status)
             if outcome.code is not None:
                 return None
             return {"ETag": _generation(answer.body) if method == "put_object" else None}

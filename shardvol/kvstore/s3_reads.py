@@ -391,18 +391,13 @@ class S3Reads:
         self.transport = S3Transport(options)
         self.direct = HttpVersionedReads(self.transport, stall)
 
-    def _direct(self, path: str) -> bool:
-        return split(path)[0] not in self.transport.elsewhere
-
     async def read_one(self, path: str, byte_range: tuple[int, int | None] | None,
                        etag: str | None) -> ReadResult:
-        if self._direct(path):
-            with contextlib.suppress(ToBotocore):
-                return await self.direct.read_one(path, byte_range, etag)
+        with contextlib.suppress(ToBotocore):
+            return await self.direct.read_one(path, byte_range, etag)
         return await self.botocore.read_one(path, byte_range, etag)
 
     async def read_into(self, path: str, value: Arriving, arrived: Callable[[], None]) -> None:
-        if self._direct(path):
-            with contextlib.suppress(ToBotocore):  # (the first answer: no bytes came in)
-                return await self.direct.read_into(path, value, arrived)
+        with contextlib.suppress(ToBotocore):  # (the first answer: no bytes came in)
+            return await self.direct.read_into(path, value, arrived)
         await self.botocore.read_into(path, value, arrived)

@@ -2,7 +2,7 @@
 :mod:`shardvol.kvstore.s3_reads`), each signed with its body's SHA-256, which S3 checks:
 unconditional ones for a store's writes, conditional ones (``If-None-Match``,
 ``If-Match``) for its leases and compare-and-swap updates (see
-:class:`~shardvol.kvstore.s3_conditional.ConditionalCalls`).  botocore's per-request
+:class:`~shardvol.kvstore.conditional.ConditionalCalls`).  botocore's per-request
 work, some 2 ms of CPU a PUT through s3fs, is what bounded a store's writes of many small
 objects; and a store that writes no large object imports neither s3fs nor botocore.
 
@@ -23,11 +23,17 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from shardvol.errors import StoreError
-from shardvol.kvstore.conditional import CONFLICT, ConditionalCalls, Outcome, parts_of
+from shardvol.kvstore.conditional import (
+    CONFLICT,
+    OUTCOME_OF_STATUS,
+    ConditionalCalls,
+    Outcome,
+    parts_of,
+)
 from shardvol.kvstore.http_client import HttpStatusError
 from shardvol.kvstore.remote import run_on
 from shardvol.kvstore.s3_conditional import S3ConditionalObjects
-from shardvol.kvstore.s3_reads import S3Error, S3Reads, S3Transport, ToBotocore, split
+from shardvol.kvstore.s3_reads import S3Error, S3Reads, S3Transport, ToBotocore
 from shardvol.kvstore.sigv4 import EMPTY_SHA256, payload_hash, query
 from shardvol.kvstore.versioned_reads import entity
 
@@ -53,13 +59,9 @@ class S3DirectObjects(ConditionalCalls):
     #: the event loop)
     checksum = staticmethod(payload_hash)
 
-    def _elsewhere(self, path: str) -> bool:
-        return split(path)[0] in self.transport.elsewhere
-
-    def parts(self, path: str) -> DirectParts | None:
-        """The calls of a multipart upload of ``path`` through the client (None: the
-        bucket is one botocore must take)."""
-        return None if self._elsewhere(path) else DirectParts(self.transport, self.stall, path)
+    def parts(self, path: str) -> DirectParts:
+        """The calls of a multipart upload of ``path`` through the client."""
+        return DirectParts(self.transport, self.stall, path)
 
     async def put(self, path: str, parts: Sequence[bytes | memoryview], sha256: str) -> None:
         """One attempt to write the object at ``path``: ``parts`` joined, whose SHA-256 is
@@ -80,8 +82,6 @@ class S3DirectObjects(ConditionalCalls):
                              sha256: str = EMPTY_SHA256) -> bool:
         """One attempt of ``method`` through the client; False if the bucket is one botocore
         must take."""
-        if self._elsewhere(path):
-            return False
         try:
             async with self.transport.request(method, path, {}, self.stall, None, parts,
                                               sha256) as r:
@@ -95,11 +95,8 @@ class S3DirectObjects(ConditionalCalls):
             self._written(path)
 
     def _call(self, method: str, path: str, read_body: bool = False, **kwargs: Any) -> Outcome:
-        if not self._elsewhere(path):
-            try:
-                return self._direct(method, path, **kwargs)
-            except ToBotocore:
-                pass
+        with contextlib.suppress(ToBotocore):
+            return self._direct(method, path, **kwargs)
         return self.botocore._call(method, path, read_body, **kwargs)
 
     def _direct(self, method: str, path: str, **kwargs: Any) -> Outcome:
@@ -113,7 +110,7 @@ class S3DirectObjects(ConditionalCalls):
             outcome.attempts += 1
             async with self.transport.request(verb, path, headers, self.stall, None, parts,
                                               sha256) as r:
-                outcome.code = {412: "PreconditionFailed", 404: "NoSuchKey"}.get(r.status)
+                outcome.code = OUTCOME_OF_STATUS.get(r.status)
                 if outcome.code is not None:  # (its body: read by the transport, or not kept)
                     return None
                 r.raise_for_status()  # (S3's errors: raised by the transport)
