@@ -8,6 +8,7 @@ sources and the files a local write makes, also through 503s, resets and lost an
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 
 import numpy as np
@@ -217,3 +218,54 @@ def test_large_values_are_uploaded_to_s3_in_parts(api):
     assert (bucket / "p" / "big").read_bytes() == value == (bucket / "p" / "parts").read_bytes()
     assert server.stats()["PUT"] == 6  # (3 parts each)
     assert not [p for p in (bucket / "p").iterdir() if "upload" in p.name]
+
+
+class _Nonsense:
+    """A server that answers every request 200, with a body that is not what S3 or GCS
+    would send (reading the request's body first)."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Length", "9")
+                self.end_headers()
+                self.wfile.write(b"<garbage>")
+
+            do_POST = do_PUT = do_GET = do_DELETE = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_answers_that_are_not_s3s_or_gcss_are_errors_that_say_so(monkeypatch):
+    """A multipart upload's create answered without an UploadId, a GCS conditional upload
+    answered without the object's metadata: StoreErrors naming what is missing, not a
+    crash or a write taken for done."""
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+    server = _Nonsense()
+    try:
+        s3 = FsspecStore("s3://b/v", endpoint_url=server.url, skip_instance_cache=True,
+                         multipart_threshold=5 << 20, part_size=5 << 20, retries=0)
+        with pytest.raises(StoreError, match="without its UploadId"):
+            s3.set("big", bytes(6 << 20))
+        gs = FsspecStore("gs://b/v", endpoint_url=server.url, token="anon", retries=0,
+                         skip_instance_cache=True)
+        with pytest.raises(StoreError, match="not an object's metadata"):
+            gs.set_if("k", b"v", None)
+    finally:
+        server.close()
