@@ -1,4 +1,5 @@
-/* Aligned huge-page blocks with a small cache of freed ones: see hugeblock.h. */
+/* Output blocks (large ones in aligned huge pages) with a cache of freed ones: see
+ * hugeblock.h. */
 #define _GNU_SOURCE
 #include "hugeblock.h"
 
@@ -11,7 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CACHE_SLOTS 16
+#define CACHE_SLOTS 64
 
 typedef struct {
     void *block;
@@ -133,7 +134,8 @@ static void *map_aligned(size_t capacity) {
 
 void *sv_hugeblock_alloc(size_t size, size_t *capacity) {
     if (size == 0 || size > SIZE_MAX - SV_HUGEBLOCK_PAGE) return NULL;
-    const size_t want = (size + SV_HUGEBLOCK_PAGE - 1) / SV_HUGEBLOCK_PAGE * SV_HUGEBLOCK_PAGE;
+    const size_t unit = size < SV_HUGEBLOCK_PAGE ? SV_HUGEBLOCK_SMALL : SV_HUGEBLOCK_PAGE;
+    const size_t want = (size + unit - 1) / unit * unit;
     pthread_once(&atfork_once, register_atfork);
     void *found = NULL;
     pthread_mutex_lock(&cache_lock);
@@ -153,7 +155,9 @@ void *sv_hugeblock_alloc(size_t size, size_t *capacity) {
     pthread_mutex_unlock(&cache_lock);
     if (found) return found;
     *capacity = want;
-    return map_aligned(want);
+    if (want >= SV_HUGEBLOCK_PAGE) return map_aligned(want);
+    void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
 }
 
 /* Bytes of freed blocks kept: a 64th of the machine's memory, from 64 MiB to 1 GiB. */

@@ -1,4 +1,5 @@
-"""Output memory in 2 MiB-aligned blocks advised for huge pages (csrc/hugeblock.h)."""
+"""Output memory in blocks of whole pages (large ones 2 MiB-aligned, advised for huge pages
+where that pays), freed ones cached (csrc/hugeblock.h)."""
 
 from collections.abc import Sequence
 

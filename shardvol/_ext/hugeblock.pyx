@@ -1,4 +1,5 @@
-"""Large output arrays in aligned 2 MiB pages, freed ones cached (csrc/hugeblock.h)."""
+"""Output arrays in blocks of whole pages, large ones in aligned 2 MiB pages, freed ones
+cached (csrc/hugeblock.h)."""
 import math
 
 import numpy as np
@@ -10,8 +11,9 @@ from shardvol._ext.csrc_hugeblock cimport (
     sv_hugeblock_free,
 )
 
-#: Arrays of fewer bytes come from np.empty (two huge pages at least are worth a block).
-MIN_BYTES = 4 << 20
+#: Arrays of fewer bytes come from np.empty (malloc's heap, whose freed memory below its
+#: trim threshold is reused without page faults).
+MIN_BYTES = 256 << 10
 
 
 cdef class _Block:
@@ -54,7 +56,7 @@ def advised(size_t nbytes):
 
 def empty(shape, dtype, order="C"):
     """Like ``np.empty(shape, dtype, order=order)``; arrays of ``MIN_BYTES`` or more live in
-    a huge-page block (the array does not own its memory: its base keeps the block)."""
+    a block (the array does not own its memory: its base keeps the block)."""
     dtype = np.dtype(dtype)
     cdef size_t nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < MIN_BYTES or dtype.hasobject:

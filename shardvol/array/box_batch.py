@@ -1,16 +1,18 @@
-"""A batch of chunk boxes read from local files by one call of the box-reading kernel
-(csrc/chunkbox.h, GIL released): what the box readers of both formats build once they know
-where each chunk lies.  The files a batch opens are closed when it ends."""
+"""A batch of chunk boxes read from local files by the box-reading kernel (csrc/chunkbox.h,
+GIL released), in one call or in pieces on several threads: what the box readers of both
+formats build once they know where each chunk lies.  The files a batch opens are closed
+when it ends."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from types import TracebackType
 
 import numpy as np
 
 from shardvol._ext import chunkbox
+from shardvol._parallel import run_parallel
 from shardvol.array.indexing import ChunkPart
 from shardvol.kvstore import KVStore
 
@@ -57,16 +59,49 @@ class BoxBatch:
             shape, chunk_sel, out_sel = shape[::-1], chunk_sel[::-1], out_sel[::-1]
         self.parts.append(part)
         self._spans.append((opened[0], start, length))
-        self._rows.append([*shape, *(s.start for s in chunk_sel),
-                           *(s.stop - s.start for s in chunk_sel), *(s.start for s in out_sel)])
+        self._rows.append(box_row(shape, chunk_sel, out_sel))
         self._names.append(f"{self.kv.url}/{key}")
 
-    def read(self, out: np.ndarray) -> list[ChunkPart]:
-        """Read every box added into ``out``; returns the parts whose chunks the kernel
-        left to the general path (damaged, of another size or format)."""
+    def read(self, out: np.ndarray, parallel: int = 1) -> list[ChunkPart]:
+        """Read every box added into ``out`` on up to ``parallel`` threads; returns the
+        parts whose chunks the kernel left to the general path (damaged, of another size
+        or format)."""
         if not self.parts:
             return []
-        status = chunkbox.read_boxes(
-            chunkbox.thread_reader(), self.codec, np.array(self._spans, np.int64),
-            np.array(self._rows, np.int64), out.T if self.fortran else out, self._names)
+        spans, rows = np.array(self._spans, np.int64), np.array(self._rows, np.int64)
+        target = out.T if self.fortran else out
+
+        def read(piece: slice) -> np.ndarray:
+            return chunkbox.read_boxes(chunkbox.thread_reader(), self.codec, spans[piece],
+                                       rows[piece], target, self._names[piece])
+
+        status = in_pieces(len(self.parts), parallel, read)
         return [p for p, s in zip(self.parts, status) if s != 0]
+
+
+def box_row(shape: Sequence[int], chunk_sel: Sequence[slice],
+            out_sel: Sequence[slice]) -> list[int]:
+    """The kernels' description of a box (slices of step 1) of a chunk of ``shape``: the
+    chunk's extents, the box's origin in the chunk, its extents, its origin in the output."""
+    row = [*shape]
+    row += [s.start for s in chunk_sel]
+    row += [s.stop - s.start for s in chunk_sel]
+    row += [s.start for s in out_sel]
+    return row
+
+
+def in_pieces(n: int, parallel: int, read: Callable[[slice], np.ndarray]) -> np.ndarray:
+    """The statuses ``read(piece)`` gives for boxes ``0..n-1``: one call, or with
+    ``parallel`` > 1 calls for consecutive pieces (two per thread, taken by threads as they
+    free up), on up to ``parallel`` threads (the caller is one of them)."""
+    if parallel <= 1 or n < 2:
+        return read(slice(0, n))
+    count = min(n, 2 * parallel)
+    bounds = [n * i // count for i in range(count + 1)]
+    status = np.empty(n, np.int8)
+
+    def piece(i: int) -> None:
+        status[bounds[i]:bounds[i + 1]] = read(slice(bounds[i], bounds[i + 1]))
+
+    run_parallel(piece, range(count), parallel)
+    return status

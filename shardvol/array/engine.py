@@ -87,8 +87,10 @@ class BoxReader(Protocol):
     """Reads some chunks' selected boxes straight into the output, faster than
     fetching and decoding them one by one (raw chunk files, say)."""
 
-    def read_into(self, parts: list[ChunkPart], out: np.ndarray) -> list[ChunkPart]:
-        """Read what it can of ``parts`` into ``out``; returns the parts left to read."""
+    def read_into(self, parts: list[ChunkPart], out: np.ndarray,
+                  parallel: int = 1) -> list[ChunkPart]:
+        """Read what it can of ``parts`` into ``out`` on up to ``parallel`` threads;
+        returns the parts left to read."""
         ...
 
 
@@ -227,7 +229,8 @@ class ChunkedArray:
         Reads expected to take less than half a millisecond (from the time chunks
         of this array took so far) run in the caller's thread only.  Reads of a few
         chunks are fetched first and then decoded in parallel (see _fetch_then_decode),
-        unless the chunks are copied straight from their files (``box_reader``).
+        or, where the chunks are copied straight from their files (``box_reader``),
+        located first and then read in parallel (see _read_boxes).
         """
         if not parts:
             return
@@ -237,19 +240,22 @@ class ChunkedArray:
             return
         threads = self._read_work.threads(len(by_coord), self._threads())
         n = len(by_coord)
-        if (
-            threads > 1
-            and (self.box_reader is None or versions is not None)  # (box reads: in batches)
-            and n <= _FETCH_FIRST_CHUNKS
-            and n * self._chunk_bytes <= _FETCH_FIRST_BYTES
-        ):
+        small = n <= _FETCH_FIRST_CHUNKS
+        boxes = self.box_reader is not None and versions is None  # (the cache wants chunks)
+        if boxes and small:
+            by_coord = {p.coord: p for p in self._read_boxes(parts, out, threads)}
+            if not by_coord:
+                return
+            boxes = False
+        if threads > 1 and not boxes and small and n * self._chunk_bytes <= _FETCH_FIRST_BYTES:
             self._fetch_then_decode(by_coord, out, threads, versions)
             return
 
         def fetch_and_decode(batch: list[ChunkCoord]) -> None:
             start = time.perf_counter()
             rest = batch
-            if self.box_reader is not None and versions is None:  # (the cache wants chunks)
+            if boxes:
+                assert self.box_reader is not None
                 parts = [by_coord[c] for c in batch]
                 rest = [p.coord for p in self.box_reader.read_into(parts, out)]
             for coord, blob, name in self.store.iter_chunks(rest):
@@ -257,6 +263,18 @@ class ChunkedArray:
             self._read_work.record(time.perf_counter() - start, len(batch))
 
         run_parallel(fetch_and_decode, self._batches(list(by_coord), threads), threads)
+
+    def _read_boxes(self, parts: list[ChunkPart], out: np.ndarray,
+                    threads: int) -> list[ChunkPart]:
+        """A read of a few chunks through the box reader: their places are found in this
+        thread, then the kernel reads them on ``threads`` threads (batches that each find
+        their chunks would hold the GIL the other threads' kernel calls wait for, and open
+        the same shard files again).  Returns the parts left to the generic path."""
+        assert self.box_reader is not None
+        start = time.perf_counter()
+        left = self.box_reader.read_into(parts, out, threads)
+        self._read_work.record((time.perf_counter() - start) * threads, len(parts))
+        return left
 
     def _from_cache(
         self, parts: list[ChunkPart], out: np.ndarray

@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -168,9 +168,9 @@ def _k_range_inside(a: AxisSelection, lo: int, hi: int) -> tuple[int, int]:
     return (k0, k1) if k0 < k1 else (0, 0)
 
 
-@dataclass(frozen=True)
-class AxisRun:
-    """The part of one chunk (along one axis) that a selection uses."""
+class AxisRun(NamedTuple):
+    """The part of one chunk (along one axis) that a selection uses (a named tuple: a
+    cutout makes one per chunk and axis, a dataclass took several times as long)."""
 
     chunk: int  # chunk index along the axis
     chunk_slice: slice  # positions inside the chunk
@@ -203,19 +203,14 @@ def axis_runs(a: AxisSelection, origin: int, size: int, chunk: int) -> list[Axis
     return runs
 
 
-@dataclass(frozen=True)
-class ChunkPart:
-    """One chunk's contribution to a selection."""
+class ChunkPart(NamedTuple):
+    """One chunk's contribution to a selection (a named tuple, as AxisRun)."""
 
     coord: ChunkCoord
     chunk_sel: tuple[slice, ...]
     out_sel: tuple[slice, ...]
     full: bool  # every in-domain element of the chunk is selected, in order
-
-    @property
-    def is_box(self) -> bool:
-        """Whether the chunk side is a box (slices of step 1; the output side always is)."""
-        return all(s.step == 1 for s in self.chunk_sel)
+    is_box: bool  # the chunk side is a box (slices of step 1; the output side always is)
 
 
 def chunk_parts(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> list[ChunkPart]:
@@ -227,15 +222,11 @@ def chunk_parts(sel: tuple[AxisSelection, ...], grid: ChunkGrid) -> list[ChunkPa
     per_axis = [
         axis_runs(a, o, n, c) for a, o, n, c in zip(sel, grid.origin, grid.shape, grid.chunk_shape)
     ]
-    parts = [
-        ChunkPart(
-            coord=tuple(r.chunk for r in runs),
-            chunk_sel=tuple(r.chunk_slice for r in runs),
-            out_sel=tuple(r.out_slice for r in runs),
-            full=all(r.full for r in runs),
-        )
-        for runs in product(*per_axis)
-    ]
+    boxes = [[r.chunk_slice.step == 1 for r in runs] for runs in per_axis]
+    parts = []
+    for runs, box in zip(product(*per_axis), product(*boxes)):
+        coord, chunk_sel, out_sel, full = zip(*runs) if runs else ((), (), (), ())
+        parts.append(ChunkPart(coord, chunk_sel, out_sel, all(full), all(box)))
     return parts
 
 

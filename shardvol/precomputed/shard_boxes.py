@@ -46,8 +46,10 @@ class ShardBoxReader:
             return None
         return cls(store, codec.encoding)
 
-    def read_into(self, parts: list[ChunkPart], out: np.ndarray) -> list[ChunkPart]:
-        """Copy the boxes of ``parts`` into ``out``; returns the parts left to the caller."""
+    def read_into(self, parts: list[ChunkPart], out: np.ndarray,
+                  parallel: int = 1) -> list[ChunkPart]:
+        """Copy the boxes of ``parts`` into ``out`` on up to ``parallel`` threads; returns
+        the parts left to the caller."""
         left = [p for p in parts if not p.is_box]
         direct = [p for p in parts if p.is_box]
         if not direct:
@@ -67,4 +69,4 @@ class ShardBoxReader:
                     left.append(p)  # (replaced: read again there; past the end: an error)
                 else:
                     batch.add(p, key, start, length, store.grid.chunk_extent(p.coord))
-            return left + batch.read(out)
+            return left + batch.read(out, parallel)

@@ -53,8 +53,10 @@ class ShardBoxReader:
             return None
         return cls(store, codec)
 
-    def read_into(self, parts: list[ChunkPart], out: np.ndarray) -> list[ChunkPart]:
-        """Decode the boxes of ``parts`` into ``out``; returns the parts left to the caller."""
+    def read_into(self, parts: list[ChunkPart], out: np.ndarray,
+                  parallel: int = 1) -> list[ChunkPart]:
+        """Decode the boxes of ``parts`` into ``out`` on up to ``parallel`` threads; returns
+        the parts left to the caller."""
         store = self.store
         left = [p for p in parts if not p.is_box]
         direct = {p.coord: p for p in parts if p.is_box}
@@ -70,7 +72,7 @@ class ShardBoxReader:
                         left.append(direct[c])  # (missing: filled; past the end: an error)
                     else:
                         batch.add(direct[c], key, span[0], span[1] - span[0], store.chunk_shape)
-            return left + batch.read(out)
+            return left + batch.read(out, parallel)
 
     def _index(self, key: str, fd: int, version: Hashable, size: int) -> ShardIndex | None:
         """Shard ``key``'s index as of the open file ``fd`` (at ``version``): the cached one
