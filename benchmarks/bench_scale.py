@@ -108,10 +108,11 @@ def ts_spec(path: str, **extra) -> dict:
 
 
 def sv_store(path: str):  # (-> str | FsspecStore: shardvol is imported in the child only)
-    """What shardvol opens for ``path`` (see ts_spec)."""
-    from shardvol.kvstore.fsspec_store import FsspecStore
-
+    """What shardvol opens for ``path`` (see ts_spec; a local path imports no remote store,
+    as a user's script reading one does not)."""
     if path.startswith("s3://"):
+        from shardvol.kvstore.fsspec_store import FsspecStore
+
         return FsspecStore(path, endpoint_url=os.environ["BENCH_S3_ENDPOINT"])
     return path
 

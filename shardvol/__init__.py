@@ -15,11 +15,7 @@ from shardvol import errors, sharding
 from shardvol.errors import ShardvolError
 from shardvol.formats import open
 from shardvol.kvstore import KVStore, open_store
-from shardvol.kvstore.remote import io_limit
-from shardvol.precomputed.annotations import Annotations
-from shardvol.precomputed.meshes import Mesh
-from shardvol.precomputed.segment_properties import SegmentProperties
-from shardvol.precomputed.skeletons import Skeleton
+from shardvol.kvstore.limits import io_limit
 from shardvol.precomputed.volume import Volume
 
 if TYPE_CHECKING:
@@ -27,10 +23,15 @@ if TYPE_CHECKING:
     from shardvol.ops.convert import copy
     from shardvol.ops.dask import from_dask, to_dask
     from shardvol.ops.downsample import downsample
+    from shardvol.precomputed.annotations import Annotations
+    from shardvol.precomputed.meshes import Mesh
+    from shardvol.precomputed.segment_properties import SegmentProperties
+    from shardvol.precomputed.skeletons import Skeleton
     from shardvol.zarr3 import OmeZarrImage, ZarrArray
 
-#: Names imported at their first use (module, attribute): Zarr v3 and the operations are
-#: some 70 ms of a fresh process's imports, which reading a precomputed volume needs not.
+#: Names imported at their first use (module, attribute): Zarr v3, the operations and a
+#: segmentation's objects are some 80 ms of a fresh process's imports, which reading a
+#: precomputed volume needs not.
 _LAZY = {
     "zarr3": ("shardvol.zarr3", None),
     "ZarrArray": ("shardvol.zarr3", "ZarrArray"),
@@ -39,6 +40,10 @@ _LAZY = {
     "downsample": ("shardvol.ops.downsample", "downsample"),
     "from_dask": ("shardvol.ops.dask", "from_dask"),
     "to_dask": ("shardvol.ops.dask", "to_dask"),
+    "Annotations": ("shardvol.precomputed.annotations", "Annotations"),
+    "Mesh": ("shardvol.precomputed.meshes", "Mesh"),
+    "SegmentProperties": ("shardvol.precomputed.segment_properties", "SegmentProperties"),
+    "Skeleton": ("shardvol.precomputed.skeletons", "Skeleton"),
 }
 
 

@@ -22,7 +22,7 @@ import shardvol
 from shardvol import OmeZarrImage, Volume, ZarrArray, io_limit
 from shardvol import zarr3 as zarr3_api
 from shardvol.errors import InvalidArgumentError
-from shardvol.kvstore import remote
+from shardvol.kvstore import limits
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.zarr3 import ome
 from shardvol.zarr3.ome_metadata import Level
@@ -230,7 +230,7 @@ def test_a_call_waiting_on_its_own_limit_holds_none_of_the_process_budget(served
     server, data = served
     a, b = _vol(server, "a"), _vol(server, "b")
     done: dict[str, float] = {}
-    remote.set_io_concurrency(4)
+    limits.set_io_concurrency(4)
     try:
         server.stats(reset=True)
         fa = a.read_async(..., io_concurrency=1)
@@ -245,7 +245,7 @@ def test_a_call_waiting_on_its_own_limit_holds_none_of_the_process_budget(served
         assert _peak(server) <= 4
         assert done["b"] < done["a"] - 0.5
     finally:
-        remote.set_io_concurrency(64)
+        limits.set_io_concurrency(64)
 
 
 def test_the_limit_is_set_inside_the_requests_task_not_inherited(served, monkeypatch):

@@ -87,18 +87,28 @@ def test_a_remote_open_reads_the_info_in_one_round_trip(tmp_path):
         assert np.array_equal(arr[...], ts_read_zarr(GOLDEN_ZARR))
 
 
-def test_import_shardvol_leaves_zarr_and_the_operations_until_they_are_used():
-    """``import shardvol`` is part of every script's start: Zarr v3, the operations and
-    the packages only they need are imported when first named, as what they are."""
+def test_import_shardvol_leaves_zarr_and_the_operations_until_they_are_used(tmp_path):
+    """``import shardvol`` is part of every script's start: Zarr v3, the operations, a
+    segmentation's objects, the remote stores and the packages only they need are imported
+    when first named, as what they are; writing and reading a local volume imports none."""
     script = (
         "import sys, shardvol\n"
+        f"vol = shardvol.Volume.create({str(tmp_path / 'v')!r}, size=(80, 64, 64),\n"
+        "                             chunk_size=(64, 64, 64), sharding='auto')\n"
+        "vol[...] = 3\n"
+        "assert (shardvol.Volume(vol.url)[10:70, :, :] == 3).all()\n"
         "heavy = ('shardvol.zarr3', 'shardvol.ops.convert', 'shardvol.ops.dask',\n"
-        "         'shardvol.ops.downsample', 'crc32c')\n"
+        "         'shardvol.ops.downsample', 'crc32c', 'shardvol.precomputed.meshes',\n"
+        "         'shardvol.precomputed.skeletons', 'shardvol.precomputed.annotations',\n"
+        "         'shardvol.precomputed.segment_properties', 'shardvol.kvstore.remote',\n"
+        "         'asyncio', 'fsspec', 'socket', 'subprocess', 'fastremap')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
         "from shardvol.ops.convert import copy\n"
         "from shardvol.zarr3 import OmeZarrImage, ZarrArray\n"
+        "from shardvol.precomputed.meshes import Mesh\n"
         "print(shardvol.copy is copy, shardvol.ZarrArray is ZarrArray,\n"
-        "      shardvol.OmeZarrImage is OmeZarrImage, shardvol.zarr3.ZarrArray is ZarrArray)\n"
+        "      shardvol.OmeZarrImage is OmeZarrImage, shardvol.zarr3.ZarrArray is ZarrArray,\n"
+        "      shardvol.Mesh is Mesh)\n"
         "try:\n"
         "    shardvol.nosuch\n"
         "except AttributeError as e:\n"
@@ -106,6 +116,7 @@ def test_import_shardvol_leaves_zarr_and_the_operations_until_they_are_used():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.splitlines() == [
-        "[]", "True True True True", "module 'shardvol' has no attribute 'nosuch'"], done.stderr
+        "[]", "True True True True True", "module 'shardvol' has no attribute 'nosuch'"
+    ], done.stderr
     assert {"copy", "downsample", "to_dask", "from_dask", "ZarrArray", "OmeZarrImage",
             "zarr3"} <= set(shardvol.__all__) and callable(shardvol.downsample)

@@ -202,7 +202,7 @@ def test_remote_reads_keep_many_requests_in_flight_within_the_budget(tmp_path):
     """An unsharded read of 128 chunks with 2 decode threads: the requests are not paced by
     the threads (they went out in batches of 8 chunks, 2 at a time), and never more than
     the process's budget, or the store's, are in flight."""
-    from shardvol.kvstore import remote
+    from shardvol.kvstore import limits
 
     data = np.random.default_rng(3).integers(0, 255, (128, 64, 64, 1), dtype=np.uint8)
     _tensorstore_volume(tmp_path / "u", data, None)
@@ -211,7 +211,7 @@ def test_remote_reads_keep_many_requests_in_flight_within_the_budget(tmp_path):
         server.stats(reset=True)
         assert np.array_equal(vol[...], data)
         assert server.stats()["max in flight"] > 32
-        remote.set_io_concurrency(5)
+        limits.set_io_concurrency(5)
         try:
             server.stats(reset=True)
             vol = Volume(FsspecStore(server.url + "/u", skip_instance_cache=True), parallel=2)
@@ -222,7 +222,7 @@ def test_remote_reads_keep_many_requests_in_flight_within_the_budget(tmp_path):
             assert np.array_equal(Volume(store)[...], data)
             assert server.stats()["max in flight"] <= 3
         finally:
-            remote.set_io_concurrency(64)
+            limits.set_io_concurrency(64)
 
 
 def test_a_cold_read_of_most_of_a_remote_shard_reads_it_whole(tmp_path):

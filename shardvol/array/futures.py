@@ -15,7 +15,6 @@ call), whenever it runs: the limit is captured when it is submitted.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections import deque
@@ -28,7 +27,7 @@ import numpy as np
 from shardvol._parallel import CarryingPool, carry
 from shardvol.array.cache import ChunkCache
 from shardvol.errors import InvalidArgumentError
-from shardvol.kvstore.remote import limited
+from shardvol.kvstore.limits import limited
 
 T = TypeVar("T")
 
@@ -169,6 +168,8 @@ class AsyncMethods:
                     io_concurrency: int | None = None) -> np.ndarray:
         """``self[key]`` for asyncio code: ``await vol.aread(region)`` (the read runs as
         :meth:`read_async` does, off the event loop)."""
+        import asyncio  # (running in its loop: imported; a local read never imports it)
+
         return await asyncio.wrap_future(
             AsyncMethods.read_async(self, key, io_concurrency=io_concurrency))
 

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-import fastremap
 import numpy as np
 
 from shardvol.array.grid import ChunkGrid
@@ -46,6 +45,8 @@ def blocks(box: Box, grid: ChunkGrid, itemsize: int) -> Iterator[tuple[slice, ..
 def unique(read: Callable[[tuple[slice, ...]], np.ndarray],
            pieces: Iterator[tuple[slice, ...]]) -> np.ndarray:
     """The sorted distinct values of the pieces read."""
+    import fastremap  # (here and in renumber: label work only, not at import)
+
     found = [fastremap.unique(read(p)) for p in pieces]
     return np.unique(np.concatenate(found)) if found else np.zeros(0)
 
@@ -64,6 +65,8 @@ def renumber(array: np.ndarray, start: int = 1,
     its data type, and the mapping from each old label to its new one."""
     if array.dtype.kind not in "ui":
         raise InvalidArgumentError(f"renumbering needs integer labels, not {array.dtype}")
+    import fastremap
+
     out, mapping = fastremap.renumber(array, start=start, preserve_zero=preserve_zero,
                                       in_place=True)
     return out.astype(array.dtype, copy=False), {int(k): int(v) for k, v in mapping.items()}

@@ -18,7 +18,6 @@ it finds its own bytes (counted as done), or the cycle is redone.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, TypeVar
@@ -52,6 +51,8 @@ def redo_on_conflict(attempt: Callable[[], T], timeout: float | None, what: str)
                 f"write of each of {conflicts} attempts to update it, for {spent:.1f} s "
                 f"(the store's conflict timeout: {timeout:g} s)"
             )
+        import random  # (conflicts only)
+
         pause = delay * random.uniform(0.5, 1.5)
         if timeout is not None:
             pause = min(pause, max(0.0, timeout - spent))

@@ -58,8 +58,8 @@ from shardvol.kvstore.lease import (
     default_lease_ttl,
     lease_path,
 )
+from shardvol.kvstore.limits import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.remote import Requests, exiting, run_on, start_on
-from shardvol.kvstore.remote import io_concurrency as io_concurrency_limit
 from shardvol.kvstore.retry import RetryPolicy, retry_sync, status_of
 from shardvol.kvstore.s3_conditional import S3ConditionalObjects
 from shardvol.kvstore.s3_multipart import BotocoreParts, PartCalls, check_part_size, upload

@@ -24,7 +24,6 @@ import contextvars
 import json
 import os
 import shutil
-import socket
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -51,7 +50,7 @@ class JobRecord:
     plan: dict[str, Any] = field(default_factory=dict)
     started: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(
         timespec="seconds"))
-    host: str = field(default_factory=socket.gethostname)
+    host: str = field(default_factory=lambda: os.uname().nodename)  # (socket.gethostname)
 
     def covers(self, target: str) -> bool:
         """Whether the job writes ``target`` (a scale key or array path)."""

@@ -10,9 +10,8 @@ tasks do: ``{"method": {"task": ..., parameters}, "by": "shardvol VERSION (user@
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
+import os
 from datetime import datetime, timezone
 from typing import Any
 
@@ -70,7 +69,7 @@ def record_step(kv: KVStore, method: dict[str, Any], sources: tuple[str, ...] = 
         doc["sources"] += [s for s in sources if s not in doc["sources"]]
         doc["processing"].append({
             "method": plain(method),
-            "by": f"shardvol {_version()} ({_user()}@{socket.gethostname()})",
+            "by": f"shardvol {_version()} ({_user()}@{os.uname().nodename})",
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         })
         kv.set(PROVENANCE_KEY, json.dumps(doc, indent=2).encode())
@@ -86,6 +85,8 @@ def _version() -> str:
 
 
 def _user() -> str:
+    import getpass  # (a write's provenance only: not at import)
+
     try:
         return getpass.getuser()
     except (KeyError, OSError):

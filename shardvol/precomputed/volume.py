@@ -52,24 +52,21 @@ from shardvol.precomputed.info_file import (
     read_info,
     write_info,
 )
-from shardvol.precomputed.meshes import Meshes
 from shardvol.precomputed.objects import link_object, new_object_store, object_store
 from shardvol.precomputed.provenance import read_provenance, write_provenance
 from shardvol.precomputed.raw_files import RawFileReader
-from shardvol.precomputed.segment_properties import (
-    SegmentProperties,
-    read_segment_properties,
-    write_segment_properties,
-)
 from shardvol.precomputed.shard_boxes import ShardBoxReader
 from shardvol.precomputed.sharded import ShardedChunkStore
-from shardvol.precomputed.skeletons import Skeletons
 from shardvol.precomputed.unsharded import UnshardedChunkStore, chunk_key
 from shardvol.sharding import ShardingSpec, auto_sharding, shard_shape
 
 if TYPE_CHECKING:
     import dask.array
     from dask.delayed import Delayed
+
+    from shardvol.precomputed.meshes import Meshes
+    from shardvol.precomputed.segment_properties import SegmentProperties
+    from shardvol.precomputed.skeletons import Skeletons
 
 #: The Neuroglancer (and CloudVolume) prefix of a precomputed URL: "precomputed://gs://b/em".
 URL_PREFIX = "precomputed://"
@@ -240,11 +237,15 @@ class Volume(AsyncMethods):
         """The meshes of this segmentation, in the directory the info's ``mesh`` names:
         ``vol.meshes[label]`` is a :class:`~shardvol.precomputed.meshes.Mesh`;
         ``vol.meshes[label] = mesh`` writes one.  InfoError if the info names none."""
+        from shardvol.precomputed.meshes import Meshes  # (objects: imported when used)
+
         return Meshes(object_store(self._kv, self._meta, "mesh"))
 
     def create_meshes(self, directory: str = "mesh", **options: Any) -> Meshes:
         """Create a mesh directory (``options`` as :meth:`Meshes.create`: ``multires``,
         ``sharding``, ...) and name it in the info as ``mesh``."""
+        from shardvol.precomputed.meshes import Meshes
+
         meshes = Meshes.create(new_object_store(self._kv, "mesh", directory), **options)
         self._link("mesh", directory)
         return meshes
@@ -254,11 +255,15 @@ class Volume(AsyncMethods):
         """The skeletons of this segmentation, in the directory the info's ``skeletons``
         names: ``vol.skeletons[label]`` is a
         :class:`~shardvol.precomputed.skeletons.Skeleton`.  InfoError if it names none."""
+        from shardvol.precomputed.skeletons import Skeletons
+
         return Skeletons(object_store(self._kv, self._meta, "skeletons"))
 
     def create_skeletons(self, directory: str = "skeletons", **options: Any) -> Skeletons:
         """Create a skeleton directory (``options`` as :meth:`Skeletons.create`:
         ``vertex_attributes``, ``sharding``, ...) and name it in the info."""
+        from shardvol.precomputed.skeletons import Skeletons
+
         skeletons = Skeletons.create(new_object_store(self._kv, "skeletons", directory),
                                      **options)
         self._link("skeletons", directory)
@@ -268,11 +273,15 @@ class Volume(AsyncMethods):
     def segment_properties(self) -> SegmentProperties:
         """The segment properties (labels, tags, numbers) the info's
         ``segment_properties`` directory holds.  InfoError if it names none."""
+        from shardvol.precomputed.segment_properties import read_segment_properties
+
         return read_segment_properties(object_store(self._kv, self._meta, "segment_properties"))
 
     def write_segment_properties(self, props: SegmentProperties,
                                  directory: str = "segment_properties") -> None:
         """Write ``props`` to ``directory`` and name it in the info."""
+        from shardvol.precomputed.segment_properties import write_segment_properties
+
         write_segment_properties(new_object_store(self._kv, "segment_properties", directory),
                                  props)
         self._link("segment_properties", directory)

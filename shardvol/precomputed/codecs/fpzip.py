@@ -11,18 +11,28 @@ channel axes swapped.
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from shardvol.errors import ChunkDecodeError, ChunkEncodeError, InvalidArgumentError
 from shardvol.precomputed.codecs._floats import FloatCodec
-from shardvol.precomputed.codecs._isolated import IsolatedDecoder
 from shardvol.precomputed.codecs.base import Shape4, deliver
 
-_DECODER = IsolatedDecoder(os.path.join(os.path.dirname(__file__), "_fpzip_worker.py"), "fpzip")
+if TYPE_CHECKING:
+    from shardvol.precomputed.codecs._isolated import IsolatedDecoder
+
+
+@functools.cache
+def _decoder() -> IsolatedDecoder:
+    """The pool of processes decoding fpzip streams (its module, which starts processes, is
+    imported at the first fpzip chunk)."""
+    from shardvol.precomputed.codecs._isolated import IsolatedDecoder
+
+    return IsolatedDecoder(os.path.join(os.path.dirname(__file__), "_fpzip_worker.py"), "fpzip")
 _MASK = 0xFFFFFFFF
 
 
@@ -79,7 +89,7 @@ class FpzipCodec(FloatCodec):
                 f"{where}: {self.encoding} stream holds {'float64' if is_double else 'float32'} "
                 f"of shape {extents}, the chunk is {self.dtype.name} of shape {stored_shape}")
         nbytes = int(np.prod(stored_shape)) * self.dtype.itemsize
-        values = _DECODER.decode(data, nbytes, where)
+        values = _decoder().decode(data, nbytes, where)
         stored = np.frombuffer(values, self.dtype).reshape(stored_shape, order="F")
         return deliver(self._restored(stored), out)
 
