@@ -23,8 +23,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-import crc32c
-
 from shardvol.errors import StoreError
 from shardvol.kvstore.conditional import OUTCOME_OF_STATUS, ConditionalCalls, Outcome, parts_of
 from shardvol.kvstore.gcs_reads import GcsTransport
@@ -49,6 +47,8 @@ class GcsDirectObjects(ConditionalCalls):
     @staticmethod
     def checksum(parts: Sequence[bytes | memoryview]) -> str:
         """The CRC-32C of a body sent as ``parts``, as GCS gives it (base64, big-endian)."""
+        import crc32c  # (a gs:// write's; not a reading process's import)
+
         value = 0
         for part in parts:
             value = crc32c.crc32c(part, value)

@@ -20,7 +20,6 @@ import html
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
-from xml.sax.saxutils import escape
 
 from shardvol.errors import StoreError
 from shardvol.kvstore.conditional import (
@@ -173,8 +172,9 @@ class DirectParts:
     async def complete(self, upload_id: str, parts: list[dict[str, Any]],
                        if_none_match: bool) -> str:
         document = ("<CompleteMultipartUpload>" + "".join(
-            f"<Part><PartNumber>{p['PartNumber']}</PartNumber><ETag>{escape(p['ETag'])}</ETag>"
-            "</Part>" for p in parts) + "</CompleteMultipartUpload>").encode()
+            f"<Part><PartNumber>{p['PartNumber']}</PartNumber>"
+            f"<ETag>{html.escape(p['ETag'], quote=False)}</ETag></Part>"  # (&, <, >)
+            for p in parts) + "</CompleteMultipartUpload>").encode()
         headers = {"Content-Type": "application/xml"}
         if if_none_match:
             headers["If-None-Match"] = "*"
