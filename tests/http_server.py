@@ -72,7 +72,22 @@ class RangeHandler(SimpleHTTPRequestHandler):
         outputfile.write(source.read(self._remaining))
 
 
-class StaticServer:
+class Serving:
+    """``handler`` (a request handler class, or a callable making one) served on 127.0.0.1
+    on a free port, in a thread, until ``close()``; ``url`` is its address + ``path``."""
+
+    def __init__(self, handler, path: str = "") -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class StaticServer(Serving):
     """Serve ``directory`` on 127.0.0.1 on a free port until ``close()``."""
 
     def __init__(self, directory: str, weak_etags: bool = False) -> None:
@@ -85,12 +100,4 @@ class StaticServer:
         def handler(*a, **k):
             return handler_class(*a, directory=directory, **k)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(handler)

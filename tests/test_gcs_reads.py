@@ -26,6 +26,7 @@ from shardvol.kvstore.gcs_reads import GcsTransport, GoogleAuth
 
 from .fault_server import FaultServer
 from .gcs_server import gcs_server
+from .http_server import Serving
 from .oracles import ts_create, ts_read
 from .test_gcs import SHARDING
 
@@ -204,7 +205,7 @@ def test_stores_ask_no_bucket_layout_with_gcsfs_experimental_class_on(server, tm
     assert done.stderr == ""
 
 
-class _TokenServer:
+class _TokenServer(Serving):
     """An OAuth token endpoint: each refresh of an authorized user's credentials gets a
     new access token (``tok-<n>``), valid for ``lifetime`` seconds."""
 
@@ -229,13 +230,7 @@ class _TokenServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/token"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, "/token")
 
 
 def _default_credentials(tmp_path, token_url: str) -> str:

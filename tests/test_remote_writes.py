@@ -8,7 +8,6 @@ sources and the files a local write makes, also through 503s, resets and lost an
 from __future__ import annotations
 
 import multiprocessing
-import threading
 import time
 
 import numpy as np
@@ -20,6 +19,7 @@ from shardvol.kvstore.fsspec_store import FsspecStore
 
 from . import test_s3_cas as cas
 from .fault_server import FaultServer
+from .http_server import Serving
 from .oracles import ts_read
 from .s3_server import ENV
 from .stores import stored_files
@@ -220,7 +220,7 @@ def test_large_values_are_uploaded_to_s3_in_parts(api):
     assert not [p for p in (bucket / "p").iterdir() if "upload" in p.name]
 
 
-class _Nonsense:
+class _Nonsense(Serving):
     """A server that answers every request 200, with a body that is not what S3 or GCS
     would send (reading the request's body first)."""
 
@@ -242,13 +242,7 @@ class _Nonsense:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def test_answers_that_are_not_s3s_or_gcss_are_errors_that_say_so(monkeypatch):
