@@ -33,6 +33,8 @@ def _decoder() -> IsolatedDecoder:
     from shardvol.precomputed.codecs._isolated import IsolatedDecoder
 
     return IsolatedDecoder(os.path.join(os.path.dirname(__file__), "_fpzip_worker.py"), "fpzip")
+
+
 _MASK = 0xFFFFFFFF
 
 
