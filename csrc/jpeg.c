@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <setjmp.h>
 #include <stdio.h> /* jpeglib.h needs FILE */
+#include <stdlib.h>
 #include <string.h>
 
 #include <jerror.h>
@@ -406,4 +407,133 @@ int sv_jpeg_decode_region(const uint8_t *data, size_t len, const size_t shape[4]
     if (rc == SV_OK && staged)
         sv_copy_box(scratch, b.s, out, out_strides, region, 1);
     return rc;
+}
+
+/* ---- encoding ------------------------------------------------------------------------------ */
+
+typedef struct {
+    struct jpeg_destination_mgr pub; /* first: cinfo->dest points here */
+    uint8_t *buf;
+    size_t cap;
+} growing_dest;
+
+static void dest_init(j_compress_ptr cinfo)
+{
+    growing_dest *d = (growing_dest *)cinfo->dest;
+    d->pub.next_output_byte = d->buf;
+    d->pub.free_in_buffer = d->cap;
+}
+
+static boolean dest_grow(j_compress_ptr cinfo)
+{
+    growing_dest *d = (growing_dest *)cinfo->dest;
+    uint8_t *more = realloc(d->buf, 2 * d->cap); /* cap is at most a quarter of 65500^2 */
+    if (more == NULL)
+        ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 0);
+    d->pub.next_output_byte = more + d->cap;
+    d->pub.free_in_buffer = d->cap;
+    d->buf = more;
+    d->cap *= 2;
+    return TRUE;
+}
+
+static void dest_term(j_compress_ptr cinfo) { (void)cinfo; }
+
+typedef struct {
+    struct jpeg_compress_struct cinfo;
+    error_mgr jerr;
+    growing_dest dest;
+} encoder;
+
+/* Everything that can longjmp.  Rows go to libjpeg as raw data, DCTSIZE at a time: straight from
+ * the input when they hold whole blocks contiguously, else copied into `pad` with the last voxel
+ * repeated to the block edge; rows past the image's end repeat its last row.  That is the padding
+ * libjpeg's own preprocessing does, so the stream is the one jpeg_write_scanlines makes. */
+static int encode_run(encoder *e, const uint8_t *in, const size_t shape[3], const ptrdiff_t s[3],
+                      int quality)
+{
+    j_compress_ptr cinfo = &e->cinfo;
+    const size_t X = shape[0], Y = shape[1], height = shape[1] * shape[2];
+    const size_t padded = (X + DCTSIZE - 1) / DCTSIZE * DCTSIZE;
+    const int direct = s[0] == 1 && X % DCTSIZE == 0;
+    JSAMPROW rows[DCTSIZE], pad = NULL;
+    JSAMPARRAY planes[1];
+    size_t row, i, x;
+
+    if (setjmp(e->jerr.jump))
+        return SV_ERR_CORRUPT; /* *err filled in by on_error */
+    jpeg_create_compress(cinfo);
+    cinfo->dest = &e->dest.pub;
+    cinfo->image_width = (JDIMENSION)X;
+    cinfo->image_height = (JDIMENSION)height;
+    cinfo->input_components = 1;
+    cinfo->in_color_space = JCS_GRAYSCALE;
+    jpeg_set_defaults(cinfo); /* baseline, islow DCT, standard Huffman tables, JFIF header */
+    jpeg_set_quality(cinfo, quality, TRUE);
+    cinfo->raw_data_in = TRUE;
+    jpeg_start_compress(cinfo, TRUE);
+    if (!direct)
+        pad = (JSAMPROW)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                                   DCTSIZE * padded);
+    planes[0] = rows;
+    for (row = 0; row < height; row += DCTSIZE) {
+        for (i = 0; i < DCTSIZE; i++) {
+            size_t r = row + i < height ? row + i : height - 1;
+            const uint8_t *src = in + (ptrdiff_t)(r % Y) * s[1] + (ptrdiff_t)(r / Y) * s[2];
+            if (direct) {
+                rows[i] = (JSAMPROW)src;
+                continue;
+            }
+            rows[i] = pad + i * padded;
+            for (x = 0; x < X; x++)
+                rows[i][x] = src[(ptrdiff_t)x * s[0]];
+            for (; x < padded; x++)
+                rows[i][x] = rows[i][X - 1];
+        }
+        jpeg_write_raw_data(cinfo, planes, DCTSIZE);
+    }
+    jpeg_finish_compress(cinfo);
+    return SV_OK;
+}
+
+int sv_jpeg_encode_gray(const uint8_t *in, const size_t shape[3], const ptrdiff_t strides[3],
+                        int quality, uint8_t **buf, size_t *len, sv_jpeg_error *err)
+{
+    encoder e;
+    int rc;
+
+    memset(err, 0, sizeof *err);
+    *buf = NULL;
+    *len = 0;
+    if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || quality < 0 || quality > 100)
+        return bad_argument(err);
+    if (shape[0] > JPEG_MAX_DIMENSION || shape[1] > JPEG_MAX_DIMENSION ||
+        shape[2] > JPEG_MAX_DIMENSION / shape[1]) {
+        snprintf(err->message, sizeof err->message,
+                 "a %zu x %zu x %zu chunk is a %zu x %zu image; JPEG allows %ld pixels a side",
+                 shape[0], shape[1], shape[2], shape[0], shape[1] * shape[2], JPEG_MAX_DIMENSION);
+        err->reason = SV_JPEG_SIZE;
+        return SV_ERR_ARGUMENT;
+    }
+    memset(&e, 0, sizeof e);
+    e.cinfo.err = jpeg_std_error(&e.jerr.pub);
+    e.jerr.pub.error_exit = on_error;
+    e.jerr.pub.emit_message = on_message;
+    e.jerr.err = err;
+    e.dest.cap = 4096 + shape[0] * shape[1] * shape[2] / 4; /* grows if the image needs more */
+    e.dest.buf = malloc(e.dest.cap);
+    if (e.dest.buf == NULL)
+        return SV_ERR_NOMEM;
+    e.dest.pub.init_destination = dest_init;
+    e.dest.pub.empty_output_buffer = dest_grow;
+    e.dest.pub.term_destination = dest_term;
+    rc = encode_run(&e, in, shape, strides, quality);
+    jpeg_destroy_compress(&e.cinfo);
+    if (rc != SV_OK) {
+        free(e.dest.buf);
+        return rc;
+    }
+    *buf = e.dest.buf;
+    *len = e.dest.cap - e.dest.pub.free_in_buffer;
+    return SV_OK;
 }

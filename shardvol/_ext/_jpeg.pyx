@@ -1,13 +1,16 @@
-"""JPEG chunk decoding into strided boxes (C kernel in csrc/jpeg.c over libjpeg, GIL released)."""
+"""JPEG chunk decoding into strided boxes, and grayscale chunk encoding (C kernels in
+csrc/jpeg.c over libjpeg, GIL released)."""
 import numpy as np
 cimport numpy as cnp
 from libc.stddef cimport ptrdiff_t
 from libc.stdint cimport uint8_t
+from libc.stdlib cimport free
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from shardvol._ext.csrc cimport SV_OK
+from shardvol._ext.csrc cimport SV_ERR_NOMEM, SV_OK
 from shardvol._ext.csrc_jpeg cimport *
 from shardvol._ext.staging import staging_buffer
-from shardvol.errors import ChunkDecodeError, InvalidArgumentError
+from shardvol.errors import ChunkDecodeError, ChunkEncodeError, InvalidArgumentError
 
 cnp.import_array()
 
@@ -75,3 +78,36 @@ def decode(data, shape, origin, cnp.ndarray out not None, str context="chunk"):
             f"{context}: jpeg image has {err.value}-bit samples, the volume is uint8")
     raise ChunkDecodeError(
         f"{context}: corrupt jpeg data: {err.message.decode('utf-8', 'replace')}")
+
+
+def encode_gray(cnp.ndarray array not None, int quality):
+    """A grayscale uint8 chunk (x, y, z, 1) of any strides as a baseline JPEG image x wide
+    and y*z high at ``quality`` (0-100): the bytes libjpeg-turbo's defaults make, as
+    TensorStore's.  Raises ChunkEncodeError if the image would exceed JPEG's 65500 pixels a
+    side."""
+    cdef size_t shape[3]
+    cdef ptrdiff_t strides[3]
+    if array.ndim != 4 or array.dtype != _UINT8 or array.shape[3] != 1 or array.size == 0:
+        raise InvalidArgumentError(
+            f"jpeg encode needs a non-empty (x, y, z, 1) uint8 array, got {array.dtype} "
+            f"{(<object>array).shape}")
+    if not 0 <= quality <= 100:
+        raise InvalidArgumentError(f"jpeg quality must be 0..100, got {quality}")
+    for d in range(3):
+        shape[d] = array.shape[d]
+        strides[d] = array.strides[d]
+    cdef const uint8_t *pin = <const uint8_t *>cnp.PyArray_DATA(array)
+    cdef uint8_t *buf = NULL
+    cdef size_t n = 0
+    cdef sv_jpeg_error err
+    cdef int rc
+    with nogil:
+        rc = sv_jpeg_encode_gray(pin, shape, strides, quality, &buf, &n, &err)
+    if rc == SV_OK:
+        try:
+            return PyBytes_FromStringAndSize(<char *>buf, n)
+        finally:
+            free(buf)
+    if rc == SV_ERR_NOMEM:
+        raise MemoryError(f"jpeg encode: no memory for a {(<object>array).shape} chunk")
+    raise ChunkEncodeError(f"jpeg: cannot encode the chunk: {err.message.decode('utf-8', 'replace')}")
