@@ -86,6 +86,24 @@ def test_deletes_through_the_api(api):
     assert sorted(p.name for p in (bucket / "d").iterdir()) == ["kept"]
 
 
+def test_many_deletes_go_at_once_and_through_faults(api):
+    """delete_many sends its DELETEs together (the server sees many in flight), retries
+    those that meet 503s and resets, and counts absent keys as deleted."""
+    server, bucket, store_of = api
+    store = store_of("m")
+    keys = [f"k/{i}" for i in range(24)]
+    for key in keys:
+        store.set(key, key.encode())
+    store.set("kept", b"y")
+    server.set(latency=0.05, error=0.2, reset=0.1, seed=3)
+    store.delete_many([*keys, "never"])
+    stats = server.stats()
+    server.set(latency=0.0, error=0.0, reset=0.0)
+    assert [p.name for p in (bucket / "m").rglob("*") if p.is_file()] == ["kept"]
+    assert stats["max in flight"] >= 8
+    assert stats["fault error"] + stats["fault reset"]
+
+
 def test_conditional_writes(api):
     """set_if, delete_if, set_parts_if (the parts sent unjoined): S3's If-None-Match /
     If-Match, GCS's ifGenerationMatch."""

@@ -456,3 +456,30 @@ def test_verify_reads_s3_through_the_same_endpoint(bucket, capsys):
     vol[...] = np.random.default_rng(3).integers(0, 999, vol.shape, dtype=np.uint16)
     assert main(["verify", url, "--samples", "3"]) == 0
     assert "OK: every region read the same" in capsys.readouterr().err
+
+
+def test_overwriting_a_volume_or_a_zarr_array_deletes_its_old_objects(bucket):
+    """Volume.create and zarr3.create with overwrite=True list the old chunks (shards) and
+    delete them all (delete_many: at once), so nothing of the old data is read back."""
+    from shardvol import zarr3
+
+    def objects(prefix: str) -> list[str]:
+        return sorted(FsspecStore(f"{bucket}/{prefix}").list(""))
+
+    data = np.random.default_rng(2).integers(1, 255, (48, 40, 20, 1), dtype=np.uint8)
+    vol = Volume.create(f"{bucket}/v", size=data.shape[:3], data_type="uint8",
+                        chunk_size=[16, 16, 8])
+    vol[...] = data
+    assert len(objects("v")) == 1 + 3 * 3 * 3
+    fresh = Volume.create(f"{bucket}/v", size=data.shape[:3], data_type="uint8",
+                          chunk_size=[16, 16, 8], overwrite=True)
+    assert objects("v") == ["info"]
+    assert not fresh[...].any()
+
+    arr = zarr3.create(f"{bucket}/z", (64, 64), "uint8", (16, 16), (8, 8))
+    arr[...] = np.arange(64 * 64, dtype=np.uint8).reshape(64, 64)
+    assert len(objects("z")) == 17
+    fresh_arr = zarr3.create(f"{bucket}/z", (64, 64), "uint8", (16, 16), (8, 8),
+                             overwrite=True)
+    assert objects("z") == ["zarr.json"]
+    assert not fresh_arr[...].any()

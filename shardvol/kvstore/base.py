@@ -248,6 +248,12 @@ class KVStore(ABC):
     def delete(self, key: str) -> None:
         """Remove ``key``; absent keys are ignored."""
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove every key of ``keys``; absent keys are ignored.  Remote stores send the
+        deletes concurrently, within their request budgets."""
+        for key in keys:
+            self.delete(key)
+
     @abstractmethod
     def list(self, prefix: str = "") -> list[str]:
         """Sorted keys that start with ``prefix`` (recursively).  Names of shardvol's own

@@ -647,19 +647,46 @@ class FsspecStore(KVStore):
         self._require_writable(key)
         self._check_lease(key)
         path = self._path(key)
-        direct = self._direct
         try:
-            self._run(f"DELETE {self.url}/{key}", self._leased(key, (
-                partial(direct.remove, path) if direct is not None
-                else lambda: self.fs._rm_file(path))), lambda: self.fs.rm_file(path))
-        except FileNotFoundError:
-            pass
-        except StoreError:
-            raise
+            self._run(f"DELETE {self.url}/{key}", self._remover(key, path),
+                      lambda: self.fs.rm_file(path))
         except Exception as e:
-            raise StoreError(f"cannot delete {key!r} in {self.url}: {e}") from e
+            self._deleted(key, e)
         finally:
             self._forget_in_flight(path)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """The deletes at once on the I/O loop (each retried, within the budgets)."""
+        if len(keys) < 2 or not self._async:
+            return super().delete_many(keys)
+        for key in keys:
+            self._require_writable(key)
+            self._check_lease(key)
+        paths = [self._path(key) for key in keys]
+        try:
+            results = run_on(self._loop, self.requests.each(
+                [self._remover(key, path) for key, path in zip(keys, paths)],
+                [f"DELETE {self.url}/{key}" for key in keys]))
+        finally:
+            for path in paths:
+                self._forget_in_flight(path)
+        for key, result in zip(keys, results):
+            if isinstance(result, Exception):
+                self._deleted(key, result)
+
+    def _remover(self, key: str, path: str) -> Callable[[], Awaitable[Any]]:
+        direct = self._direct
+        return self._leased(key, partial(direct.remove, path) if direct is not None
+                            else lambda: self.fs._rm_file(path))
+
+    def _deleted(self, key: str, error: Exception) -> None:
+        """Raise what a delete of ``key`` that failed with ``error`` means (an absent
+        object is deleted)."""
+        if isinstance(error, FileNotFoundError):
+            return
+        if isinstance(error, StoreError):
+            raise error
+        raise StoreError(f"cannot delete {key!r} in {self.url}: {error}") from error
 
     def _forget_in_flight(self, path: str) -> None:
         """After a write of ``path``: later GETs of it are sent anew (one in flight since

@@ -101,6 +101,9 @@ class PrefixStore(KVStore):
     def delete(self, key: str) -> None:
         self.base.delete(self._k(key))
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        self.base.delete_many([self._k(key) for key in keys])
+
     def get_versioned(self, key: str) -> tuple[bytes | memoryview | None, Hashable | None]:
         return self.base.get_versioned(self._k(key))
 

@@ -903,5 +903,4 @@ def _fill_value(value: Any, dtype: np.dtype, url: str) -> Any:
 
 def _delete_prefix(kv: KVStore, key: str) -> None:
     prefix = posixpath.normpath(key.strip("/")) + "/"
-    for k in kv.list(prefix):
-        kv.delete(k)
+    kv.delete_many(kv.list(prefix))

@@ -362,9 +362,8 @@ def delete_chunks(kv: KVStore) -> None:
         else [ChunkKeyEncoding("default", s) for s in "/."]
         + [ChunkKeyEncoding("v2", s) for s in "./"]
     )
-    for key in kv.list(""):
-        if any(_is_chunk_key(e, key, ndim) for e in encodings):
-            kv.delete(key)
+    kv.delete_many([key for key in kv.list("")
+                    if any(_is_chunk_key(e, key, ndim) for e in encodings)])
 
 
 def _is_chunk_key(encoding: ChunkKeyEncoding, key: str, ndim: int | None) -> bool:
