@@ -12,7 +12,9 @@
  * sv_jpeg_decode_region into randomly laid out exact-size buffers (dimensions in a random
  * order, strides possibly negative) must match it bit for bit.  Then mutated streams (bit
  * flips, truncation, garbage tails, forged header bytes) are decoded into exact-size
- * buffers: they must decode or fail with SV_ERR_CORRUPT, and touch nothing outside.
+ * buffers: they must decode or fail with SV_ERR_CORRUPT, and touch nothing outside.  Each
+ * grayscale chunk is also encoded by sv_jpeg_encode_gray from a random layout, which must
+ * give libjpeg's own scanline encoding byte for byte.
  * Exits non-zero on failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,14 +124,18 @@ static void random_box(const size_t shape[4], size_t origin[4], size_t region[4]
     }
 }
 
-/* Decode a box into an exact-size heap buffer of a random layout; compare with the oracle
- * (`ref` may be NULL: then only the return code is checked). */
+/* Decode a box (the whole chunk if `whole`) into an exact-size heap buffer of a random layout;
+ * compare with the oracle (`ref` may be NULL: then only the return code is checked). */
 static int check_box(const unsigned char *data, size_t len, const size_t shape[4],
-                     const uint8_t *ref, long *ok, long *rejected) {
+                     const uint8_t *ref, int whole, long *ok, long *rejected) {
     size_t origin[4], region[4];
     ptrdiff_t st[4];
     sv_jpeg_error err;
     random_box(shape, origin, region);
+    for (int d = 0; d < 4 && whole; ++d) {
+        origin[d] = 0;
+        region[d] = shape[d];
+    }
     size_t n = region[0] * region[1] * region[2] * region[3];
     uint8_t *out = malloc(n);
     ptrdiff_t base = layout(region, st);
@@ -170,12 +176,61 @@ static int check_box(const unsigned char *data, size_t len, const size_t shape[4
     return 0;
 }
 
+/* sv_jpeg_encode_gray of the grayscale chunk `pixels` (Fortran order), copied into a random
+ * layout, must be byte for byte libjpeg's scanline encoding of the image at the same quality
+ * with its defaults. */
+static int check_encode(const uint8_t *pixels, const size_t shape[4]) {
+    size_t voxels = shape[0] * shape[1] * shape[2];
+    int quality = (int)rnd_in(0, 100);
+    ptrdiff_t st[4];
+    uint8_t *in = malloc(voxels), *got = NULL;
+    ptrdiff_t base = layout(shape, st);
+    for (size_t v = 0; v < voxels; ++v)
+        in[base + (ptrdiff_t)(v % shape[0]) * st[0] +
+           (ptrdiff_t)(v / shape[0] % shape[1]) * st[1] +
+           (ptrdiff_t)(v / shape[0] / shape[1]) * st[2]] = pixels[v];
+    size_t got_len = 0;
+    sv_jpeg_error err;
+    int rc = sv_jpeg_encode_gray(in + base, shape, st, quality, &got, &got_len, &err);
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr em;
+    unsigned char *want = NULL;
+    unsigned long want_len = 0;
+    ci.err = jpeg_std_error(&em);
+    jpeg_create_compress(&ci);
+    jpeg_mem_dest(&ci, &want, &want_len);
+    ci.image_width = (JDIMENSION)shape[0];
+    ci.image_height = (JDIMENSION)(shape[1] * shape[2]);
+    ci.input_components = 1;
+    ci.in_color_space = JCS_GRAYSCALE;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, quality, TRUE);
+    jpeg_start_compress(&ci, TRUE);
+    for (size_t r = 0; r < shape[1] * shape[2]; ++r) {
+        JSAMPROW row = (JSAMPROW)(pixels + r * shape[0]);
+        jpeg_write_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    int bad = rc != SV_OK || got_len != want_len || memcmp(got, want, want_len) != 0;
+    if (bad)
+        fprintf(stderr, "encode of a (%zu,%zu,%zu) chunk at quality %d: rc %d, %zu bytes, "
+                "libjpeg's %lu (%s)\n", shape[0], shape[1], shape[2], quality, rc, got_len,
+                want_len, err.message);
+    free(in);
+    free(got);
+    free(want);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     rng_state = 0x9e3779b97f4a7c15ull;
     long iterations = argc > 1 ? atol(argv[1]) : 1000;
     long boxes = 0, mutated_ok = 0, rejected = 0, unused = 0;
     for (long it = 0; it < iterations; ++it) {
         size_t shape[4] = {rnd_in(1, 70), rnd_in(1, 20), rnd_in(1, 12), rnd() & 1 ? 3 : 1};
+        if (rnd() % 3 == 0) /* whole 8x8 blocks a row: whole chunks decode as raw data */
+            shape[0] = 8 * rnd_in(1, 8);
         size_t voxels = shape[0] * shape[1] * shape[2], c = shape[3];
         unsigned width = (unsigned)shape[0];
         if (rnd() % 5 == 0) /* another image width with the same area */
@@ -189,8 +244,9 @@ int main(int argc, char **argv) {
         unsigned long len;
         unsigned char *data = encode(pixels, width, (unsigned)(voxels / width), (int)c, &len);
         reference(data, len, ref);
-        for (int k = 0; k < 12; ++k, ++boxes)
-            if (check_box(data, len, shape, ref, &unused, &unused)) return 1;
+        for (int k = 0; k < 12; ++k, ++boxes) /* the first two: the whole chunk */
+            if (check_box(data, len, shape, ref, k < 2, &unused, &unused)) return 1;
+        if (c == 1 && check_encode(pixels, shape)) return 1;
         for (int m = 0; m < 20; ++m) {
             size_t mlen = len;
             int kind = (int)(rnd() % 4);
@@ -203,7 +259,7 @@ int main(int argc, char **argv) {
                 for (int k = (int)rnd_in(1, 6); k > 0 && mlen; --k) bad[rnd() % mlen] ^= (unsigned char)(1u << (rnd() % 8));
             if (kind == 3) /* forge bytes in the headers */
                 for (int k = (int)rnd_in(1, 3); k > 0; --k) bad[rnd() % (mlen < 400 ? mlen : 400)] = (unsigned char)rnd();
-            if (check_box(bad, mlen, shape, NULL, &mutated_ok, &rejected)) return 1;
+            if (check_box(bad, mlen, shape, NULL, m % 2, &mutated_ok, &rejected)) return 1;
             free(bad);
         }
         free(data);
