@@ -104,6 +104,27 @@ def test_many_deletes_go_at_once_and_through_faults(api):
     assert stats["fault error"] + stats["fault reset"]
 
 
+def test_a_region_is_deleted_a_chunk_and_its_copies_at_once(api):
+    """Volume.delete through S3's and GCS's APIs: the chunks' DELETEs (each with those of
+    its compressed copies, NAME.gz ...) go out together, and the region reads as zeros."""
+    server, bucket, store_of = api
+    data = np.random.default_rng(4).integers(1, 255, (64, 64, 32, 1), dtype=np.uint8)
+    vol = Volume.create(store_of("r"), size=data.shape[:3], data_type="uint8",
+                        chunk_size=[16, 16, 16])
+    vol[...] = data
+    server.set(latency=0.05)
+    server.stats(reset=True)
+    vol.delete(np.s_[0:64, 0:32, 0:32])
+    stats = server.stats()
+    server.set(latency=0.0)
+    assert stats["DELETE"] == 16 * 6  # (16 chunks, each with its 5 copies' names)
+    assert stats["max in flight"] >= 8
+    expected = data.copy()
+    expected[:, :32] = 0
+    np.testing.assert_array_equal(Volume(store_of("r"))[...], expected)
+    assert len([p for p in (bucket / "r").rglob("*") if p.is_file()]) == 1 + 16
+
+
 def test_conditional_writes(api):
     """set_if, delete_if, set_parts_if (the parts sent unjoined): S3's If-None-Match /
     If-Match, GCS's ifGenerationMatch."""

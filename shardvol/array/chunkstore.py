@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
+from shardvol._parallel import run_parallel
 from shardvol.array.grid import ChunkCoord
 from shardvol.kvstore.base import KVStore
 from shardvol.kvstore.cas import redo_on_conflict
@@ -210,11 +211,16 @@ class ChunkStore(ABC, Generic[Unit]):
         """How error messages name a chunk (its file, or its shard and id)."""
         return f"chunk {coord}"
 
-    def delete_chunks(self, coords: Sequence[ChunkCoord]) -> None:
-        """Remove chunks (they then read as the fill value)."""
-        for unit, members in self.units(coords).items():
+    def delete_chunks(self, coords: Sequence[ChunkCoord], parallel: int = 1) -> None:
+        """Remove chunks (they then read as the fill value), a unit at a time on each of up
+        to ``parallel`` threads."""
+
+        def delete(item: tuple[Unit, list[ChunkCoord]]) -> None:
+            unit, members = item
             with self.lock(unit):
                 self.update_unit(unit, {}, members)
+
+        run_parallel(delete, list(self.units(coords).items()), parallel)
 
     def exists(self, coords: Sequence[ChunkCoord]) -> dict[ChunkCoord, bool]:
         """Whether each chunk is stored (default: by reading it)."""

@@ -447,9 +447,11 @@ class ChunkedArray:
             view[...] = chunk[p.chunk_sel]
 
     def delete_chunks(self, coords: list[ChunkCoord]) -> None:
-        """Remove chunks (they then read as the fill value), and their cached copies."""
+        """Remove chunks (they then read as the fill value), and their cached copies; units
+        concurrently (remote stores: up to _MAX_REMOTE_WRITERS at once)."""
         try:
-            self.store.delete_chunks(coords)
+            self.store.delete_chunks(
+                coords, _MAX_REMOTE_WRITERS if self.store.remote else self._threads())
         finally:
             if self.cache is not None:
                 self.cache.drop(coords)

@@ -50,9 +50,8 @@ def exists(kv: KVStore, key: str) -> bool:
 def delete_copies(kv: KVStore, key: str) -> None:
     """Remove the compressed copies of ``key`` (not ``key`` itself)."""
     path = kv.file_path(key)
-    if path is None:
-        for suffix in FILE_SUFFIXES.values():
-            kv.delete(key + suffix)
+    if path is None:  # (remote: all at once)
+        kv.delete_many([key + suffix for suffix in FILE_SUFFIXES.values()])
         return
     # local files: a failed unlink each, at most, all with the GIL released once (one
     # hand-off per chunk written instead of five)

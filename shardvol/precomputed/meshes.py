@@ -222,7 +222,7 @@ class Meshes:
                                            f"{segment_properties!r}")
             info["segment_properties"] = segment_properties
         if overwrite:
-            list(io_pool().map(kv.delete, [k for k in kv.list() if k != INFO_KEY]))
+            kv.delete_many([k for k in kv.list() if k != INFO_KEY])
         kv.set(INFO_KEY, json.dumps(info, indent=2).encode())
         return cls(kv)
 
