@@ -466,10 +466,9 @@ class AnnotationWriter:
                 pass
             self.store.delete(INFO_KEY)
         keys += [f"spatial{i}" for i in range(len(self.levels or ()))]
-        for key in {posixpath.normpath(k.strip("/")) for k in keys}:
-            if key != "." and not key.startswith(".."):
-                for name in self.store.list(key + "/"):
-                    self.store.delete(name)
+        self.store.delete_many([
+            name for key in {posixpath.normpath(k.strip("/")) for k in keys}
+            if key != "." and not key.startswith("..") for name in self.store.list(key + "/")])
 
     def _put(self, spec: IndexSpec | SpatialLevel, values: Mapping[Any, bytes]) -> None:
         view = PrefixStore(self.store, spec.key)

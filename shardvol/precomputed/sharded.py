@@ -222,8 +222,7 @@ class ShardedChunkStore(KVChunkStore[int]):
             if entries:
                 self.kv.set(filename, encode_shard(self.spec, entries, self.level))
             else:  # with any obsolete pair, which would be read again
-                for name in (filename, *obsolete_names(filename)):
-                    self.kv.delete(name)
+                self.kv.delete_many([filename, *obsolete_names(filename)])
         else:
             delete = list(delete)
             gone = self.codes(delete).tolist() if delete else []

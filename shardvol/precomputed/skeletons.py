@@ -307,12 +307,9 @@ class Skeletons:
                 if not overwrite:
                     raise AlreadyExistsError(f"{kv.url} already holds an info file; pass "
                                              "overwrite=True to replace it")
-                for key in kv.list(""):
-                    if "/" not in key and _label_file(key) is not None:
-                        kv.delete(key)
-                for name in shard_files(kv):
-                    for key in (name, *obsolete_names(name)):
-                        kv.delete(key)
+                kv.delete_many(
+                    [key for key in kv.list("") if "/" not in key and _label_file(key) is not None]
+                    + [key for name in shard_files(kv) for key in (name, *obsolete_names(name))])
             kv.set(INFO_KEY, json.dumps(info.to_dict(), allow_nan=False).encode())
         return cls(kv)
 
