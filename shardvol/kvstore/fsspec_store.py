@@ -76,6 +76,7 @@ from shardvol.kvstore.versioned_reads import (
 
 T = TypeVar("T")
 READ_ONLY_PROTOCOLS = {"http", "https"}
+_DELETE_BATCH = 1024  # keys whose deletes are on the I/O loop at once (see delete_many)
 # what changes when an object is rewritten, by backend (s3fs, gcsfs, HTTP, others)
 _VERSION_FIELDS = ("ETag", "generation", "etag", "mtime", "LastModified", "last_modified")
 S3_PROTOCOLS = {"s3", "s3a"}
@@ -656,23 +657,26 @@ class FsspecStore(KVStore):
             self._forget_in_flight(path)
 
     def delete_many(self, keys: Sequence[str]) -> None:
-        """The deletes at once on the I/O loop (each retried, within the budgets)."""
+        """The deletes at once on the I/O loop (each retried, within the budgets), in
+        batches of _DELETE_BATCH keys (an overwrite may delete millions)."""
         if len(keys) < 2 or not self._async:
             return super().delete_many(keys)
         for key in keys:
             self._require_writable(key)
             self._check_lease(key)
-        paths = [self._path(key) for key in keys]
-        try:
-            results = run_on(self._loop, self.requests.each(
-                [self._remover(key, path) for key, path in zip(keys, paths)],
-                [f"DELETE {self.url}/{key}" for key in keys]))
-        finally:
-            for path in paths:
-                self._forget_in_flight(path)
-        for key, result in zip(keys, results):
-            if isinstance(result, Exception):
-                self._deleted(key, result)
+        for at in range(0, len(keys), _DELETE_BATCH):
+            batch = keys[at:at + _DELETE_BATCH]
+            paths = [self._path(key) for key in batch]
+            try:
+                results = run_on(self._loop, self.requests.each(
+                    [self._remover(key, path) for key, path in zip(batch, paths)],
+                    [f"DELETE {self.url}/{key}" for key in batch]))
+            finally:
+                for path in paths:
+                    self._forget_in_flight(path)
+            for key, result in zip(batch, results):
+                if isinstance(result, Exception):
+                    self._deleted(key, result)
 
     def _remover(self, key: str, path: str) -> Callable[[], Awaitable[Any]]:
         direct = self._direct
