@@ -155,7 +155,7 @@ def test_other_jpeg_flavours_match_imagecodecs(encoder, shape):
                                       err_msg=str(box))
 
 
-@pytest.mark.parametrize("encoder", ["tensorstore", *ENCODERS])
+@pytest.mark.parametrize("encoder", ["shardvol", *ENCODERS])
 @pytest.mark.parametrize("shape", [(64, 9, 5, 1), (8, 1, 1, 1), (16, 7, 3, 1), (24, 8, 2, 1)])
 def test_whole_grayscale_chunks_decoded_as_raw_data(encoder, shape):
     """Whole grayscale chunks of widths that hold whole 8x8 blocks are inverse transformed
@@ -163,7 +163,7 @@ def test_whole_grayscale_chunks_decoded_as_raw_data(encoder, shape):
     into a Fortran array and into a staged view, bit for bit as imagecodecs."""
     codec = get_codec("jpeg", dtype="uint8", num_channels=1)
     voxels = chunk_data(shape, 9)
-    data = codec.encode(voxels) if encoder == "tensorstore" else ENCODERS[encoder](
+    data = codec.encode(voxels) if encoder == "shardvol" else ENCODERS[encoder](
         image_of(voxels))
     whole = reference(data, shape)
     np.testing.assert_array_equal(codec.decode(data, shape), whole)

@@ -98,12 +98,12 @@ def test_many_deletes_go_at_once_and_through_faults(api, monkeypatch):
     for key in keys:
         store.set(key, key.encode())
     store.set("kept", b"y")
-    server.set(latency=0.05, error=0.2, reset=0.1, seed=3)
+    server.set(latency=0.15, error=0.2, reset=0.1, seed=3)
     store.delete_many([*keys, "never"])
     stats = server.stats()
     server.set(latency=0.0, error=0.0, reset=0.0)
     assert [p.name for p in (bucket / "m").rglob("*") if p.is_file()] == ["kept"]
-    assert 8 <= stats["max in flight"] <= 10
+    assert 5 <= stats["max in flight"] <= 10  # (one after another: 1)
     assert stats["fault error"] + stats["fault reset"]
 
 
@@ -115,13 +115,13 @@ def test_a_region_is_deleted_a_chunk_and_its_copies_at_once(api):
     vol = Volume.create(store_of("r"), size=data.shape[:3], data_type="uint8",
                         chunk_size=[16, 16, 16])
     vol[...] = data
-    server.set(latency=0.05)
+    server.set(latency=0.15)
     server.stats(reset=True)
     vol.delete(np.s_[0:64, 0:32, 0:32])
     stats = server.stats()
     server.set(latency=0.0)
     assert stats["DELETE"] == 16 * 6  # (16 chunks, each with its 5 copies' names)
-    assert stats["max in flight"] >= 8
+    assert stats["max in flight"] >= 5  # (one after another: 1)
     expected = data.copy()
     expected[:, :32] = 0
     np.testing.assert_array_equal(Volume(store_of("r"))[...], expected)

@@ -460,7 +460,7 @@ def test_verify_reads_s3_through_the_same_endpoint(bucket, capsys):
 
 def test_overwriting_a_volume_or_a_zarr_array_deletes_its_old_objects(bucket):
     """Volume.create and zarr3.create with overwrite=True list the old chunks (shards) and
-    delete them all (delete_many: at once), so nothing of the old data is read back."""
+    delete them all (through delete_many), so nothing of the old data is read back."""
     from shardvol import zarr3
 
     def objects(prefix: str) -> list[str]:

@@ -508,6 +508,32 @@ def test_emptied_shard_does_not_bring_back_its_obsolete_files():
     assert read_shard(store, spec, 0) == {}
 
 
+def test_a_shard_delete_cut_short_before_its_data_files_leaves_readable_shards():
+    """delete_shards removes the .shard files and the obsolete pairs' .index files first,
+    the .data files after: cut short between the two (the .data deletes fail), the store
+    reads as having no such shards, not as a broken pair (an .index without its .data)."""
+    from shardvol.errors import StoreError
+    from shardvol.sharding.reader import delete_shards, shard_files
+
+    class DataDeletesFail(MemoryStore):
+        def delete(self, key):
+            if key.endswith(".data"):
+                raise StoreError(f"cannot delete {key!r}")
+            super().delete(key)
+
+    spec = spec_of(shard_bits=1)
+    store = DataDeletesFail(f"memory://{uuid.uuid4().hex}")
+    data = random_data(random.Random(8), 60)
+    write_shards(store, spec, data)
+    split_obsolete(store, spec)
+    write_shards(store, spec, dict.fromkeys(list(data)[:5], b"new"))  # .shard beside the pair
+    with pytest.raises(StoreError, match=r"\.data"):
+        delete_shards(store, shard_files(store))
+    assert sorted(store.list()) == ["0.data", "1.data"]
+    assert ShardReader(store, spec).get_data_many(list(data)) == {}
+    assert shard_files(store) == []
+
+
 def test_truncated_obsolete_index_is_an_error():
     spec = spec_of(shard_bits=0)
     store = memory_store()

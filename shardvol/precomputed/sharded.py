@@ -23,7 +23,7 @@ from shardvol.errors import InvalidArgumentError, UnitChangedError
 from shardvol.kvstore import KVStore
 from shardvol.sharding import ShardingSpec, ShardReader, encode_shard, rewrite_shard
 from shardvol.sharding.auto import shard_shape_in_chunks
-from shardvol.sharding.reader import obsolete_names
+from shardvol.sharding.reader import delete_shards
 from shardvol.sharding.writer import ShardEntries, read_entries
 
 #: Remote reads that want most of a shard whose chunks hold at most this many bytes
@@ -222,7 +222,7 @@ class ShardedChunkStore(KVChunkStore[int]):
             if entries:
                 self.kv.set(filename, encode_shard(self.spec, entries, self.level))
             else:  # with any obsolete pair, which would be read again
-                self.kv.delete_many([filename, *obsolete_names(filename)])
+                delete_shards(self.kv, [filename])
         else:
             delete = list(delete)
             gone = self.codes(delete).tolist() if delete else []

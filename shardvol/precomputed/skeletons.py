@@ -42,7 +42,7 @@ from shardvol.precomputed.objects import directory_name
 from shardvol.precomputed.segment_properties import SegmentProperties, read_segment_properties
 from shardvol.precomputed.transform import IDENTITY, apply, invert
 from shardvol.sharding import ShardingSpec, ShardReader, update_shard
-from shardvol.sharding.reader import obsolete_names, shard_files
+from shardvol.sharding.reader import delete_shards, shard_files
 
 SKELETONS_TYPE = "neuroglancer_skeletons"
 DATA_TYPES = ("float32", "int8", "uint8", "int16", "uint16", "int32", "uint32")
@@ -307,9 +307,9 @@ class Skeletons:
                 if not overwrite:
                     raise AlreadyExistsError(f"{kv.url} already holds an info file; pass "
                                              "overwrite=True to replace it")
-                kv.delete_many(
-                    [key for key in kv.list("") if "/" not in key and _label_file(key) is not None]
-                    + [key for name in shard_files(kv) for key in (name, *obsolete_names(name))])
+                kv.delete_many([key for key in kv.list("")
+                                if "/" not in key and _label_file(key) is not None])
+                delete_shards(kv, shard_files(kv))
             kv.set(INFO_KEY, json.dumps(info.to_dict(), allow_nan=False).encode())
         return cls(kv)
 

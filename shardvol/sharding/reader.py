@@ -13,7 +13,7 @@ Both layouts are read: ``<shard>.shard``, and the obsolete ``<shard>.index`` +
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -82,6 +82,15 @@ def obsolete_names(filename: str) -> tuple[str, str]:
     """The (``.index``, ``.data``) names of the obsolete layout of ``<shard>.shard``."""
     stem = filename[: -len(".shard")]
     return stem + ".index", stem + ".data"
+
+
+def delete_shards(store: KVStore, filenames: Sequence[str]) -> None:
+    """Delete ``<hex>.shard`` files and their obsolete ``.index``/``.data`` pairs, at once on
+    remote stores, the ``.data`` files last: a delete cut short never leaves an ``.index``
+    without its ``.data``, which reads refuse (a ``.data`` alone is no shard)."""
+    pairs = [obsolete_names(f) for f in filenames]
+    store.delete_many([*filenames, *(index for index, _ in pairs)])
+    store.delete_many([data for _, data in pairs])
 
 
 def shard_files(store: KVStore) -> list[str]:
