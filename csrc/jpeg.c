@@ -445,41 +445,34 @@ typedef struct {
     growing_dest dest;
 } encoder;
 
-/* Everything that can longjmp.  Rows go to libjpeg as raw data, DCTSIZE at a time: straight from
- * the input when they hold whole blocks contiguously, else copied into `pad` with the last voxel
- * repeated to the block edge; rows past the image's end repeat its last row.  That is the padding
- * libjpeg's own preprocessing does, so the stream is the one jpeg_write_scanlines makes. */
-static int encode_run(encoder *e, const uint8_t *in, const size_t shape[3], const ptrdiff_t s[3],
-                      int quality)
+/* The address of voxel (0, y, z, 0) of image row r (= y + Y*z). */
+static const uint8_t *row_start(const uint8_t *in, const size_t shape[4], const ptrdiff_t s[4],
+                                size_t r)
 {
-    j_compress_ptr cinfo = &e->cinfo;
-    const size_t X = shape[0], Y = shape[1], height = shape[1] * shape[2];
+    return in + (ptrdiff_t)(r % shape[1]) * s[1] + (ptrdiff_t)(r / shape[1]) * s[2];
+}
+
+/* Grayscale: rows go to libjpeg as raw data, DCTSIZE at a time: straight from the input when
+ * they hold whole blocks contiguously, else copied into `pad` with the last voxel repeated to the
+ * block edge; rows past the image's end repeat its last row.  That is the padding libjpeg's own
+ * preprocessing does, so the stream is the one jpeg_write_scanlines makes. */
+static void write_gray(j_compress_ptr cinfo, const uint8_t *in, const size_t shape[4],
+                       const ptrdiff_t s[4])
+{
+    const size_t X = shape[0], height = shape[1] * shape[2];
     const size_t padded = (X + DCTSIZE - 1) / DCTSIZE * DCTSIZE;
     const int direct = s[0] == 1 && X % DCTSIZE == 0;
     JSAMPROW rows[DCTSIZE], pad = NULL;
     JSAMPARRAY planes[1];
     size_t row, i, x;
 
-    if (setjmp(e->jerr.jump))
-        return SV_ERR_CORRUPT; /* *err filled in by on_error */
-    jpeg_create_compress(cinfo);
-    cinfo->dest = &e->dest.pub;
-    cinfo->image_width = (JDIMENSION)X;
-    cinfo->image_height = (JDIMENSION)height;
-    cinfo->input_components = 1;
-    cinfo->in_color_space = JCS_GRAYSCALE;
-    jpeg_set_defaults(cinfo); /* baseline, islow DCT, standard Huffman tables, JFIF header */
-    jpeg_set_quality(cinfo, quality, TRUE);
-    cinfo->raw_data_in = TRUE;
-    jpeg_start_compress(cinfo, TRUE);
     if (!direct)
         pad = (JSAMPROW)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE,
                                                    DCTSIZE * padded);
     planes[0] = rows;
     for (row = 0; row < height; row += DCTSIZE) {
         for (i = 0; i < DCTSIZE; i++) {
-            size_t r = row + i < height ? row + i : height - 1;
-            const uint8_t *src = in + (ptrdiff_t)(r % Y) * s[1] + (ptrdiff_t)(r / Y) * s[2];
+            const uint8_t *src = row_start(in, shape, s, row + i < height ? row + i : height - 1);
             if (direct) {
                 rows[i] = (JSAMPROW)src;
                 continue;
@@ -492,12 +485,73 @@ static int encode_run(encoder *e, const uint8_t *in, const size_t shape[3], cons
         }
         jpeg_write_raw_data(cinfo, planes, DCTSIZE);
     }
+}
+
+/* RGB: the channels of each row interleaved into a buffer of RGB_ROWS rows, written as
+ * scanlines (libjpeg converts to YCbCr and subsamples the chroma 2x2, its default). */
+#define RGB_ROWS 16
+static void write_rgb(j_compress_ptr cinfo, const uint8_t *in, const size_t shape[4],
+                      const ptrdiff_t s[4])
+{
+    const size_t X = shape[0], height = shape[1] * shape[2];
+    JSAMPROW rows[RGB_ROWS];
+    JSAMPROW buf = (JSAMPROW)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                                        RGB_ROWS * X * 3);
+    size_t row, i, n, x;
+
+    for (row = 0; row < height; row += n) {
+        n = height - row < RGB_ROWS ? height - row : RGB_ROWS;
+        for (i = 0; i < n; i++) {
+            const uint8_t *r = row_start(in, shape, s, row + i), *g = r + s[3], *b = g + s[3];
+            JSAMPROW dst = rows[i] = buf + i * X * 3;
+            if (s[0] == 1) { /* channel planes (Fortran order) */
+                for (x = 0; x < X; x++) {
+                    dst[3 * x] = r[x];
+                    dst[3 * x + 1] = g[x];
+                    dst[3 * x + 2] = b[x];
+                }
+            } else {
+                for (x = 0; x < X; x++) {
+                    const ptrdiff_t at = (ptrdiff_t)x * s[0];
+                    dst[3 * x] = r[at];
+                    dst[3 * x + 1] = g[at];
+                    dst[3 * x + 2] = b[at];
+                }
+            }
+        }
+        jpeg_write_scanlines(cinfo, rows, (JDIMENSION)n);
+    }
+}
+
+/* Everything that can longjmp. */
+static int encode_run(encoder *e, const uint8_t *in, const size_t shape[4], const ptrdiff_t s[4],
+                      int quality)
+{
+    j_compress_ptr cinfo = &e->cinfo;
+    const int gray = shape[3] == 1;
+
+    if (setjmp(e->jerr.jump))
+        return SV_ERR_CORRUPT; /* *err filled in by on_error */
+    jpeg_create_compress(cinfo);
+    cinfo->dest = &e->dest.pub;
+    cinfo->image_width = (JDIMENSION)shape[0];
+    cinfo->image_height = (JDIMENSION)(shape[1] * shape[2]);
+    cinfo->input_components = gray ? 1 : 3;
+    cinfo->in_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_set_defaults(cinfo); /* baseline, islow DCT, standard Huffman tables, JFIF header */
+    jpeg_set_quality(cinfo, quality, TRUE);
+    cinfo->raw_data_in = gray;
+    jpeg_start_compress(cinfo, TRUE);
+    if (gray)
+        write_gray(cinfo, in, shape, s);
+    else
+        write_rgb(cinfo, in, shape, s);
     jpeg_finish_compress(cinfo);
     return SV_OK;
 }
 
-int sv_jpeg_encode_gray(const uint8_t *in, const size_t shape[3], const ptrdiff_t strides[3],
-                        int quality, uint8_t **buf, size_t *len, sv_jpeg_error *err)
+int sv_jpeg_encode(const uint8_t *in, const size_t shape[4], const ptrdiff_t strides[4],
+                   int quality, uint8_t **buf, size_t *len, sv_jpeg_error *err)
 {
     encoder e;
     int rc;
@@ -505,7 +559,8 @@ int sv_jpeg_encode_gray(const uint8_t *in, const size_t shape[3], const ptrdiff_
     memset(err, 0, sizeof *err);
     *buf = NULL;
     *len = 0;
-    if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || quality < 0 || quality > 100)
+    if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || (shape[3] != 1 && shape[3] != 3) ||
+        quality < 0 || quality > 100)
         return bad_argument(err);
     if (shape[0] > JPEG_MAX_DIMENSION || shape[1] > JPEG_MAX_DIMENSION ||
         shape[2] > JPEG_MAX_DIMENSION / shape[1]) {
@@ -520,7 +575,7 @@ int sv_jpeg_encode_gray(const uint8_t *in, const size_t shape[3], const ptrdiff_
     e.jerr.pub.error_exit = on_error;
     e.jerr.pub.emit_message = on_message;
     e.jerr.err = err;
-    e.dest.cap = 4096 + shape[0] * shape[1] * shape[2] / 4; /* grows if the image needs more */
+    e.dest.cap = 4096 + shape[0] * shape[1] * shape[2] * shape[3] / 4; /* grows if need be */
     e.dest.buf = malloc(e.dest.cap);
     if (e.dest.buf == NULL)
         return SV_ERR_NOMEM;

@@ -1,5 +1,5 @@
 /* Neuroglancer "jpeg" chunks: decode a box of a chunk with libjpeg(-turbo),
- * straight into a strided output; encode grayscale chunks from strided input.
+ * straight into a strided output; encode chunks from strided input.
  *
  * Layout: a chunk of shape (X, Y, Z, C), C = 1 (grayscale) or 3 (RGB), uint8,
  * is one baseline/progressive JPEG image whose pixels, read row after row,
@@ -80,16 +80,18 @@ int sv_jpeg_decode_region(const uint8_t *data, size_t len, const size_t shape[4]
                           const ptrdiff_t out_strides[4], uint8_t *scratch, size_t scratch_len,
                           sv_jpeg_error *err);
 
-/* Encode a grayscale uint8 chunk of `shape` (X, Y, Z) whose voxel (x, y, z) is at
- * in[x*s[0] + y*s[1] + z*s[2]] (s = strides in bytes, any signs) as a baseline JPEG
- * image X wide and Y*Z high at `quality` (0-100), byte for byte what libjpeg's
- * jpeg_write_scanlines makes with its defaults (islow DCT, standard Huffman
- * tables, JFIF header): the rows go in as raw data, padded as libjpeg pads.
- * On SV_OK, *buf holds *len bytes, malloc'd (the caller frees it).  Returns
- * SV_ERR_ARGUMENT (reason SV_JPEG_BAD_ARGUMENT: an empty chunk, quality out of
+/* Encode a uint8 chunk of `shape` (X, Y, Z, C), C = 1 or 3, whose voxel
+ * (x, y, z, c) is at in[x*s[0] + y*s[1] + z*s[2] + c*s[3]] (s = strides in
+ * bytes, any signs) as a baseline JPEG image X wide and Y*Z high at `quality`
+ * (0-100), byte for byte what libjpeg's jpeg_write_scanlines makes with its
+ * defaults (islow DCT, standard Huffman tables, JFIF header; RGB as YCbCr
+ * with 2x2 chroma subsampling): grayscale rows go in as raw data, padded as
+ * libjpeg pads, RGB rows interleaved a few at a time.  On SV_OK, *buf holds
+ * *len bytes, malloc'd (the caller frees it).  Returns SV_ERR_ARGUMENT
+ * (reason SV_JPEG_BAD_ARGUMENT: an empty chunk, C not 1 or 3, quality out of
  * range; SV_JPEG_SIZE: a side over 65500 pixels, message filled in),
  * SV_ERR_NOMEM, or SV_ERR_CORRUPT (reason SV_JPEG_LIBJPEG, message). */
-int sv_jpeg_encode_gray(const uint8_t *in, const size_t shape[3], const ptrdiff_t strides[3],
-                        int quality, uint8_t **buf, size_t *len, sv_jpeg_error *err);
+int sv_jpeg_encode(const uint8_t *in, const size_t shape[4], const ptrdiff_t strides[4],
+                   int quality, uint8_t **buf, size_t *len, sv_jpeg_error *err);
 
 #endif

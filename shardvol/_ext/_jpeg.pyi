@@ -1,4 +1,4 @@
-"""JPEG chunk decoding and grayscale encoding over libjpeg-turbo (csrc/jpeg.h)."""
+"""JPEG chunk decoding and encoding over libjpeg-turbo (csrc/jpeg.h)."""
 
 from collections.abc import Sequence
 
@@ -11,4 +11,4 @@ def decode(
     out: np.ndarray,
     context: str = "chunk",
 ) -> None: ...
-def encode_gray(array: np.ndarray, quality: int) -> bytes: ...
+def encode(array: np.ndarray, quality: int) -> bytes: ...

@@ -1,4 +1,4 @@
-"""JPEG chunk decoding into strided boxes, and grayscale chunk encoding (C kernels in
+"""JPEG chunk decoding into strided boxes, and chunk encoding (C kernels in
 csrc/jpeg.c over libjpeg, GIL released)."""
 import numpy as np
 cimport numpy as cnp
@@ -80,20 +80,21 @@ def decode(data, shape, origin, cnp.ndarray out not None, str context="chunk"):
         f"{context}: corrupt jpeg data: {err.message.decode('utf-8', 'replace')}")
 
 
-def encode_gray(cnp.ndarray array not None, int quality):
-    """A grayscale uint8 chunk (x, y, z, 1) of any strides as a baseline JPEG image x wide
-    and y*z high at ``quality`` (0-100): the bytes libjpeg-turbo's defaults make, as
-    TensorStore's.  Raises ChunkEncodeError if the image would exceed JPEG's 65500 pixels a
-    side."""
-    cdef size_t shape[3]
-    cdef ptrdiff_t strides[3]
-    if array.ndim != 4 or array.dtype != _UINT8 or array.shape[3] != 1 or array.size == 0:
+def encode(cnp.ndarray array not None, int quality):
+    """A uint8 chunk (x, y, z, channel), 1 or 3 channels, of any strides as a baseline JPEG
+    image x wide and y*z high at ``quality`` (0-100), RGB with 4:2:0 chroma subsampling: the
+    bytes libjpeg-turbo's defaults make, as TensorStore's.  Raises ChunkEncodeError if the
+    image would exceed JPEG's 65500 pixels a side."""
+    cdef size_t shape[4]
+    cdef ptrdiff_t strides[4]
+    if (array.ndim != 4 or array.dtype != _UINT8 or array.shape[3] not in (1, 3)
+            or array.size == 0):
         raise InvalidArgumentError(
-            f"jpeg encode needs a non-empty (x, y, z, 1) uint8 array, got {array.dtype} "
+            f"jpeg encode needs a non-empty (x, y, z, 1 or 3) uint8 array, got {array.dtype} "
             f"{(<object>array).shape}")
     if not 0 <= quality <= 100:
         raise InvalidArgumentError(f"jpeg quality must be 0..100, got {quality}")
-    for d in range(3):
+    for d in range(4):
         shape[d] = array.shape[d]
         strides[d] = array.strides[d]
     cdef const uint8_t *pin = <const uint8_t *>cnp.PyArray_DATA(array)
@@ -102,7 +103,7 @@ def encode_gray(cnp.ndarray array not None, int quality):
     cdef sv_jpeg_error err
     cdef int rc
     with nogil:
-        rc = sv_jpeg_encode_gray(pin, shape, strides, quality, &buf, &n, &err)
+        rc = sv_jpeg_encode(pin, shape, strides, quality, &buf, &n, &err)
     if rc == SV_OK:
         try:
             return PyBytes_FromStringAndSize(<char *>buf, n)

@@ -1,4 +1,4 @@
-# Declarations of csrc/jpeg.h (JPEG chunk decoding and grayscale encoding with libjpeg), callable without the GIL.
+# Declarations of csrc/jpeg.h (JPEG chunk decoding and encoding with libjpeg), callable without the GIL.
 from libc.stddef cimport ptrdiff_t
 from libc.stdint cimport uint8_t, uint32_t
 
@@ -23,6 +23,5 @@ cdef extern from "jpeg.h" nogil:
                               const ptrdiff_t out_strides[4], uint8_t *scratch,
                               size_t scratch_len, sv_jpeg_error *err)
 
-    int sv_jpeg_encode_gray(const uint8_t *input, const size_t shape[3],
-                            const ptrdiff_t strides[3], int quality, uint8_t **buf, size_t *len,
-                            sv_jpeg_error *err)
+    int sv_jpeg_encode(const uint8_t *input, const size_t shape[4], const ptrdiff_t strides[4],
+                       int quality, uint8_t **buf, size_t *len, sv_jpeg_error *err)

@@ -13,8 +13,8 @@
  * order, strides possibly negative) must match it bit for bit.  Then mutated streams (bit
  * flips, truncation, garbage tails, forged header bytes) are decoded into exact-size
  * buffers: they must decode or fail with SV_ERR_CORRUPT, and touch nothing outside.  Each
- * grayscale chunk is also encoded by sv_jpeg_encode_gray from a random layout, which must
- * give libjpeg's own scanline encoding byte for byte.
+ * chunk is also encoded by sv_jpeg_encode from a random layout, which must give libjpeg's
+ * own scanline encoding (its defaults) byte for byte.
  * Exits non-zero on failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,22 +176,24 @@ static int check_box(const unsigned char *data, size_t len, const size_t shape[4
     return 0;
 }
 
-/* sv_jpeg_encode_gray of the grayscale chunk `pixels` (Fortran order), copied into a random
- * layout, must be byte for byte libjpeg's scanline encoding of the image at the same quality
- * with its defaults. */
+/* sv_jpeg_encode of the chunk `pixels` (Fortran order, channels interleaved), copied into a
+ * random layout, must be byte for byte libjpeg's scanline encoding of the image at the same
+ * quality with its defaults. */
 static int check_encode(const uint8_t *pixels, const size_t shape[4]) {
-    size_t voxels = shape[0] * shape[1] * shape[2];
+    size_t voxels = shape[0] * shape[1] * shape[2], c = shape[3];
     int quality = (int)rnd_in(0, 100);
     ptrdiff_t st[4];
-    uint8_t *in = malloc(voxels), *got = NULL;
+    uint8_t *in = malloc(voxels * c), *got = NULL;
     ptrdiff_t base = layout(shape, st);
     for (size_t v = 0; v < voxels; ++v)
-        in[base + (ptrdiff_t)(v % shape[0]) * st[0] +
-           (ptrdiff_t)(v / shape[0] % shape[1]) * st[1] +
-           (ptrdiff_t)(v / shape[0] / shape[1]) * st[2]] = pixels[v];
+        for (size_t k = 0; k < c; ++k)
+            in[base + (ptrdiff_t)(v % shape[0]) * st[0] +
+               (ptrdiff_t)(v / shape[0] % shape[1]) * st[1] +
+               (ptrdiff_t)(v / shape[0] / shape[1]) * st[2] + (ptrdiff_t)k * st[3]] =
+                pixels[v * c + k];
     size_t got_len = 0;
     sv_jpeg_error err;
-    int rc = sv_jpeg_encode_gray(in + base, shape, st, quality, &got, &got_len, &err);
+    int rc = sv_jpeg_encode(in + base, shape, st, quality, &got, &got_len, &err);
     struct jpeg_compress_struct ci;
     struct jpeg_error_mgr em;
     unsigned char *want = NULL;
@@ -201,21 +203,21 @@ static int check_encode(const uint8_t *pixels, const size_t shape[4]) {
     jpeg_mem_dest(&ci, &want, &want_len);
     ci.image_width = (JDIMENSION)shape[0];
     ci.image_height = (JDIMENSION)(shape[1] * shape[2]);
-    ci.input_components = 1;
-    ci.in_color_space = JCS_GRAYSCALE;
+    ci.input_components = (int)c;
+    ci.in_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
     jpeg_set_defaults(&ci);
     jpeg_set_quality(&ci, quality, TRUE);
     jpeg_start_compress(&ci, TRUE);
     for (size_t r = 0; r < shape[1] * shape[2]; ++r) {
-        JSAMPROW row = (JSAMPROW)(pixels + r * shape[0]);
+        JSAMPROW row = (JSAMPROW)(pixels + r * shape[0] * c);
         jpeg_write_scanlines(&ci, &row, 1);
     }
     jpeg_finish_compress(&ci);
     jpeg_destroy_compress(&ci);
     int bad = rc != SV_OK || got_len != want_len || memcmp(got, want, want_len) != 0;
     if (bad)
-        fprintf(stderr, "encode of a (%zu,%zu,%zu) chunk at quality %d: rc %d, %zu bytes, "
-                "libjpeg's %lu (%s)\n", shape[0], shape[1], shape[2], quality, rc, got_len,
+        fprintf(stderr, "encode of a (%zu,%zu,%zu,%zu) chunk at quality %d: rc %d, %zu bytes, "
+                "libjpeg's %lu (%s)\n", shape[0], shape[1], shape[2], c, quality, rc, got_len,
                 want_len, err.message);
     free(in);
     free(got);
@@ -246,7 +248,7 @@ int main(int argc, char **argv) {
         reference(data, len, ref);
         for (int k = 0; k < 12; ++k, ++boxes) /* the first two: the whole chunk */
             if (check_box(data, len, shape, ref, k < 2, &unused, &unused)) return 1;
-        if (c == 1 && check_encode(pixels, shape)) return 1;
+        if (check_encode(pixels, shape)) return 1;
         for (int m = 0; m < 20; ++m) {
             size_t mlen = len;
             int kind = (int)(rnd() % 4);

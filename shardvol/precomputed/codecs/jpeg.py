@@ -1,18 +1,17 @@
 """jpeg: uint8 chunks with 1 or 3 channels as one JPEG image, laid out as in
-:mod:`shardvol.precomputed.codecs._image`.  Grayscale chunks are encoded by csrc/jpeg.c over the
-system libjpeg, RGB ones with libjpeg-turbo via imagecodecs (the same bytes); decoded by
-csrc/jpeg.c, straight into the output and only as far as a box needs."""
+:mod:`shardvol.precomputed.codecs._image`.  Encoded and decoded by csrc/jpeg.c over the system
+libjpeg: encoded from the chunk's own memory, decoded straight into the output and only as far
+as a box needs."""
 
 from __future__ import annotations
 
 import operator
 
-import imagecodecs
 import numpy as np
 
 from shardvol._ext import _jpeg
 from shardvol.errors import InvalidArgumentError
-from shardvol.precomputed.codecs._image import check_image_size, encode_image, jpeg_size
+from shardvol.precomputed.codecs._image import check_image_size, jpeg_size
 from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4, fortran_empty
 
 #: TensorStore's default; it also writes this value into the info file.
@@ -49,16 +48,7 @@ class JpegCodec(ChunkEncoding):
         return "supported: uint8 with 1 or 3 channels"
 
     def _encode(self, array: np.ndarray) -> bytes:
-        if array.shape[3] == 1:  # straight from the array's memory, 23% faster than imagecodecs
-            return _jpeg.encode_gray(array, self.jpeg_quality)
-        return encode_image(
-            imagecodecs.jpeg8_encode,
-            array,
-            "jpeg",
-            level=self.jpeg_quality,
-            subsampling="420",
-            optimize=False,
-        )
+        return _jpeg.encode(array, self.jpeg_quality)  # (from the array's own memory)
 
     def _decode(
         self, data: bytes | memoryview, shape: Shape4, out: np.ndarray | None, where: str
