@@ -22,7 +22,7 @@ def to_image(array: np.ndarray) -> np.ndarray:
     """(x, y, z, c) array -> C-contiguous image (y*z, x) or (y*z, x, c): the array itself
     when it is laid out so (a Fortran-order chunk), else a copy in this thread's staging
     buffer, valid until the thread's next use of it (a chunk cut from a larger array: numpy's
-    copy into a fresh array took as long as half the JPEG encoding).  ``array`` must not be
+    copy into a fresh array took as long as half a JPEG encoding).  ``array`` must not be
     a view of that buffer itself."""
     x, y, z, c = array.shape
     img = array.transpose(2, 1, 0, 3)
