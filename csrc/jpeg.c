@@ -452,6 +452,21 @@ static const uint8_t *row_start(const uint8_t *in, const size_t shape[4], const 
     return in + (ptrdiff_t)(r % shape[1]) * s[1] + (ptrdiff_t)(r / shape[1]) * s[2];
 }
 
+/* Ask for image row r (if any) ahead of its use: the short rows of a chunk cut from a larger
+ * array lie far apart, and loads that overlap beat loads that wait in turn (see copybox.h). */
+static void prefetch_row(const uint8_t *in, const size_t shape[4], const ptrdiff_t s[4], size_t r)
+{
+    const uint8_t *p;
+    size_t c;
+    if (r >= shape[1] * shape[2] || s[0] != 1 || shape[0] > SV_PREFETCH_ROW_MAX)
+        return;
+    p = row_start(in, shape, s, r);
+    for (c = 0; c < shape[3]; c++, p += s[3]) {
+        __builtin_prefetch(p);
+        __builtin_prefetch(p + shape[0] - 1);
+    }
+}
+
 /* Grayscale: rows go to libjpeg as raw data, DCTSIZE at a time: straight from the input when
  * they hold whole blocks contiguously, else copied into `pad` with the last voxel repeated to the
  * block edge; rows past the image's end repeat its last row.  That is the padding libjpeg's own
@@ -473,6 +488,7 @@ static void write_gray(j_compress_ptr cinfo, const uint8_t *in, const size_t sha
     for (row = 0; row < height; row += DCTSIZE) {
         for (i = 0; i < DCTSIZE; i++) {
             const uint8_t *src = row_start(in, shape, s, row + i < height ? row + i : height - 1);
+            prefetch_row(in, shape, s, row + i + SV_PREFETCH_ROWS);
             if (direct) {
                 rows[i] = (JSAMPROW)src;
                 continue;
@@ -503,6 +519,7 @@ static void write_rgb(j_compress_ptr cinfo, const uint8_t *in, const size_t shap
         n = height - row < RGB_ROWS ? height - row : RGB_ROWS;
         for (i = 0; i < n; i++) {
             const uint8_t *r = row_start(in, shape, s, row + i), *g = r + s[3], *b = g + s[3];
+            prefetch_row(in, shape, s, row + i + SV_PREFETCH_ROWS);
             JSAMPROW dst = rows[i] = buf + i * X * 3;
             if (s[0] == 1) { /* channel planes (Fortran order) */
                 for (x = 0; x < X; x++) {
