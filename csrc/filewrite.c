@@ -1,11 +1,12 @@
 /* Whole-file atomic writes; see filewrite.h. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_TMPFILE, linkat */
 #include "filewrite.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdio.h> /* rename */
+#include <stdio.h> /* rename, snprintf */
+#include <string.h>
 #include <unistd.h>
 
 #ifndef IOV_MAX
@@ -62,11 +63,89 @@ static int failed(int at, int *step, int *err_no)
     return SV_ERR_IO;
 }
 
+/* 1 if /proc/self/fd names open files (an unnamed file is linked through it), 0 if not,
+ * -1 until looked at: a property of the process, looked at once. */
+static int proc_fd_usable = -1;
+
+/* A new unnamed file (O_TMPFILE) in the directory of `path`, or -1 with errno (EOPNOTSUPP
+ * where it cannot be made that way: the filesystem, the kernel or /proc says no). */
+static int open_unnamed(const char *path)
+{
+#ifdef O_TMPFILE
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash == NULL ? 0 : (slash == path ? 1 : (size_t)(slash - path));
+    int fd, usable = __atomic_load_n(&proc_fd_usable, __ATOMIC_RELAXED);
+    if (usable < 0) {
+        usable = access("/proc/self/fd", X_OK) == 0;
+        __atomic_store_n(&proc_fd_usable, usable, __ATOMIC_RELAXED);
+    }
+    if (!usable) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    if (n >= sizeof dir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (n == 0)
+        dir[n++] = '.';
+    else
+        memcpy(dir, path, n);
+    dir[n] = '\0';
+    do {
+        fd = open(dir, O_WRONLY | O_TMPFILE | O_CLOEXEC, 0666);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0 && (errno == EISDIR || errno == EINVAL || errno == ENOTSUP))
+        errno = EOPNOTSUPP; /* (a kernel or a filesystem without unnamed files) */
+    return fd;
+#else
+    (void)path;
+    errno = EOPNOTSUPP;
+    return -1;
+#endif
+}
+
+/* Give the unnamed file `fd` the name `path`: linked there if `path` is free, else linked
+ * as `tmp` and renamed over `path`. 0, or -1 with errno and the failed step in *at. */
+static int link_unnamed(int fd, const char *tmp, const char *path, int *at)
+{
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0)
+        return 0;
+    if (errno != EEXIST) {
+        *at = SV_WRITE_RENAME;
+        return -1;
+    }
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) {
+        *at = SV_WRITE_CREATE;
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        const int e = errno;
+        unlink(tmp);
+        errno = e;
+        *at = SV_WRITE_RENAME;
+        return -1;
+    }
+    return 0;
+}
+
+static int sync_fd(int fd)
+{
+    int r;
+    do {
+        r = fsync(fd);
+    } while (r != 0 && errno == EINTR);
+    return r;
+}
+
 int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, int64_t nparts,
                   int do_fsync, int *step, int *err_no)
 {
     int64_t i;
-    int fd, rc = SV_OK;
+    int fd, at, rc = SV_OK;
     *step = 0;
     *err_no = 0;
     if (nparts < 0)
@@ -74,6 +153,22 @@ int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, 
     for (i = 0; i < nparts; i++)
         if (parts[i].iov_base == NULL && parts[i].iov_len != 0)
             return SV_ERR_ARGUMENT;
+    fd = open_unnamed(path);
+    if (fd >= 0) {
+        /* The file gets its name only once written (and synced): a crash before that
+         * leaves nothing behind, and no writer in the directory waits on its creation. */
+        if (write_parts(fd, parts, nparts) != 0)
+            rc = failed(SV_WRITE_WRITE, step, err_no);
+        else if (do_fsync && sync_fd(fd) != 0)
+            rc = failed(SV_WRITE_SYNC, step, err_no);
+        else if (link_unnamed(fd, tmp, path, &at) != 0)
+            rc = failed(at, step, err_no);
+        if (close(fd) != 0 && rc == SV_OK && errno != EINTR)
+            rc = failed(SV_WRITE_CLOSE, step, err_no);
+        return rc;
+    }
+    if (errno != EOPNOTSUPP)
+        return failed(SV_WRITE_CREATE, step, err_no);
     do {
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     } while (fd < 0 && errno == EINTR);
@@ -81,14 +176,8 @@ int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, 
         return failed(SV_WRITE_CREATE, step, err_no);
     if (write_parts(fd, parts, nparts) != 0)
         rc = failed(SV_WRITE_WRITE, step, err_no);
-    else if (do_fsync) {
-        int r;
-        do {
-            r = fsync(fd);
-        } while (r != 0 && errno == EINTR);
-        if (r != 0)
-            rc = failed(SV_WRITE_SYNC, step, err_no);
-    }
+    else if (do_fsync && sync_fd(fd) != 0)
+        rc = failed(SV_WRITE_SYNC, step, err_no);
     if (close(fd) != 0 && rc == SV_OK && errno != EINTR)
         rc = failed(SV_WRITE_CLOSE, step, err_no);
     if (rc == SV_OK && rename(tmp, path) != 0)

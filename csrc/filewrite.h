@@ -1,6 +1,6 @@
-/* Writing a whole file atomically: a new temporary file, its bytes, fsync, rename over the
- * destination; all the system calls of one file write in one call, so that a caller holding
- * a lock of its own (the Python GIL) gives it up once per file, not once per call. */
+/* Writing a whole file atomically: a new file, its bytes, fsync, then its name; all the
+ * system calls of one file write in one call, so that a caller holding a lock of its own
+ * (the Python GIL) gives it up once per file, not once per call. */
 #ifndef SHARDVOL_FILEWRITE_H
 #define SHARDVOL_FILEWRITE_H
 
@@ -15,11 +15,15 @@
 #define SV_WRITE_CLOSE 4
 #define SV_WRITE_RENAME 5
 
-/* Create `tmp` (which must not exist; mode 0666 less the umask), write the `nparts` buffers
- * of `parts` to it in order, fsync it if `do_fsync`, close it and rename it to `path`.
- * Returns SV_OK, SV_ERR_ARGUMENT (nparts < 0, or a part without a base but with a length),
- * or SV_ERR_IO with the failed step in *step and its errno in *err_no; after a failure past
- * SV_WRITE_CREATE the temporary file is removed, and `path` is never touched. */
+/* Write the `nparts` buffers of `parts` in order to a new file, fsync it if `do_fsync` and
+ * give it the name `path`.  Where the filesystem can (Linux's O_TMPFILE, with /proc), the
+ * file is made unnamed in `path`'s directory and linked at `path` once written, or, if
+ * `path` exists, linked as `tmp` and renamed over it; elsewhere it is created as `tmp` (which
+ * must not exist; mode 0666 less the umask) and renamed.  Returns SV_OK, SV_ERR_ARGUMENT
+ * (nparts < 0, or a part without a base but with a length), or SV_ERR_IO with the failed
+ * step in *step and its errno in *err_no (ENOENT at SV_WRITE_CREATE: the directory is
+ * missing).  After a failure no temporary file is left and `path` is untouched, except
+ * where closing a linked unnamed file fails (a filesystem whose close writes). */
 int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, int64_t nparts,
                   int do_fsync, int *step, int *err_no);
 

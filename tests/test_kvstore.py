@@ -271,12 +271,14 @@ class TestFileStore(StoreContract):
 
     def test_file_writes_through_short_and_interrupted_writes(self, tmp_path):
         """tests/c/check_filewrite.c: csrc/filewrite.c's loop through a writev that writes a
-        few hundred bytes at a time and is interrupted; its failures leave no temporary file."""
+        few hundred bytes at a time and is interrupted, with files made unnamed (O_TMPFILE)
+        and, where the filesystem refuses them, named; its failures leave no temporary file."""
         (tmp_path / "files").mkdir()
         out = run_checker(tmp_path, "check_filewrite", ["filewrite.c"],
                           ["400", str(tmp_path / "files")], sanitize=True)
-        files, _, calls, *_ = out.split()
+        files, _, calls, _, _, unnamed, _, named, _ = out.split()
         assert int(files) == 400 and int(calls) > 400, out
+        assert int(unnamed) > 200 and int(named) > 100, out  # (both ways, over both kinds)
 
     def test_failed_file_write_names_the_key_and_leaves_no_temporary_file(self, tmp_path):
         s = FileStore(str(tmp_path))
@@ -291,6 +293,36 @@ class TestFileStore(StoreContract):
         with pytest.raises(StoreError, match=r"cannot write 'f/k' in .*create"):
             s.set("f/k", b"1")  # its directory is a file
         assert sorted(os.listdir(tmp_path)) == ["d", "f"] and s.get("f") == b"a file"
+
+    def test_a_killed_writer_leaves_whole_files_and_no_temporary_ones(self, tmp_path):
+        """A process killed while it writes new files and replaces one leaves each file whole
+        or absent, and nothing else: the file being written has no name until it is whole
+        (an unnamed O_TMPFILE file, linked into place)."""
+        code = (
+            "import sys\n"
+            "from shardvol.kvstore import FileStore\n"
+            "s = FileStore(sys.argv[1])\n"
+            "i = 0\n"
+            "while True:\n"
+            "    value = bytes([i % 251]) * (8 << 20)\n"
+            "    s.set_parts(f'new{i}', [value[:3 << 20], value[3 << 20:]])\n"
+            "    s.set('replaced', value)\n"
+            "    print(i, flush=True)\n"
+            "    i += 1\n"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                                stdout=subprocess.PIPE, text=True)
+        for _ in range(3):  # (a few files written, then a kill during the next ones)
+            assert proc.stdout is not None and proc.stdout.readline()
+        time.sleep(0.013)
+        proc.kill()
+        proc.communicate(timeout=30)
+        names = os.listdir(tmp_path)
+        assert not [n for n in names if n.startswith(store_base.HIDDEN_PREFIX)], names
+        assert {"new0", "new1", "new2", "replaced"} <= set(names)
+        for name in names:
+            data = (tmp_path / name).read_bytes()
+            assert len(data) == 8 << 20 and data == data[:1] * len(data), name
 
     def test_atomic_write_leaves_no_temp_files(self, tmp_path):
         s = FileStore(str(tmp_path))

@@ -47,10 +47,12 @@ def unlink_absent_ok(list paths):
 
 
 def write_file(str tmp, str path, list parts, bint fsync):
-    """Create ``tmp`` (which must not exist), write the contiguous buffers ``parts`` to it
-    in order, fsync it if ``fsync`` and rename it to ``path``.  Raises OSError naming the
-    step and the file (``tmp``, or ``path`` for the rename), the temporary file gone then
-    and ``path`` untouched; TypeError for a part that is not a contiguous buffer."""
+    """Write the contiguous buffers ``parts`` in order to a new file, fsync it if ``fsync``
+    and name it ``path``: unnamed until then where Linux allows (``tmp`` is the name it
+    passes through to replace an existing ``path``), else created as ``tmp`` (which must
+    not exist) and renamed.  Raises OSError naming the step and the file (``tmp``, or
+    ``path`` for the rename), no temporary file left then and ``path`` untouched;
+    TypeError for a part that is not a contiguous buffer."""
     cdef Py_ssize_t n = len(parts), i, held = 0
     cdef bytes ctmp = _c_path(tmp), cpath = _c_path(path)
     cdef const char *ptmp = ctmp

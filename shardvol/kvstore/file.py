@@ -1,12 +1,17 @@
 """Local-file store: the default backend (plain paths and ``file://`` URLs).
 
-Reads use ``os.pread``; writes go to a hidden temporary file in the same
-directory, are fsynced, and are renamed over the target, so a reader or a
-crash never sees a torn value.  ``lock(key)`` takes an ``fcntl`` lock (an open
-file description lock on Linux) on one byte of a hidden ``.shardvol-locks`` file
-in the key's directory (the byte chosen by a 62-bit hash of the key's name),
-which serialises writers across threads and processes on the same host (and on
-NFS with working locking), with no file created or removed per lock.
+Reads use ``os.pread``; a write makes a new file in the key's directory, fsyncs it
+and only then gives it the key's name, so a reader or a crash never sees a torn
+value.  On Linux the new file is unnamed until then (``O_TMPFILE``, linked into
+place; over an existing value, linked as a hidden temporary file and renamed over
+it): a killed writer leaves nothing, and writers of one directory do not wait on
+each other's file creation.  Elsewhere it is a hidden temporary file, renamed.
+
+``lock(key)`` takes an ``fcntl`` lock (an open file description lock on Linux) on
+one byte of a hidden ``.shardvol-locks`` file in the key's directory (the byte
+chosen by a 62-bit hash of the key's name), which serialises writers across
+threads and processes on the same host (and on NFS with working locking), with
+no file created or removed per lock.
 
 The fsync (on by default, like TensorStore's ``file_io_sync``) is what makes a
 value's bytes durable once written (the directory entry is not fsynced); it is
@@ -241,8 +246,8 @@ class FileStore(KVStore):
 
     def set_parts(self, key: str, parts: Sequence[bytes | memoryview]) -> None:
         """As :meth:`set` of the joined parts, written with ``writev`` without joining them.
-        The temporary file's creation, writes, fsync and rename are one call that releases
-        the GIL once (each release is a hand-off between the threads writing at once)."""
+        The new file's creation, writes, fsync and naming are one call that releases the
+        GIL once (each release is a hand-off between the threads writing at once)."""
         path = self._path(key)
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, f"{_TMP}{name}.{uuid.uuid4().hex}")

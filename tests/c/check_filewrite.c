@@ -7,23 +7,53 @@
  * Each round writes a random number of random parts (some empty, sometimes more than
  * IOV_MAX) to a file under the directory given and checks its bytes against their
  * concatenation; this executable's writev, which the library's calls reach, writes at most
- * a few hundred bytes at a time and fails one call in eight with EINTR.  Then the failures:
- * a temporary file that exists (create), a destination that is a non-empty directory
- * (rename: the temporary file must be gone), a negative part count.  Prints
- * "<rounds> files, <calls> writev calls"; exits non-zero on failure. */
-#define _DEFAULT_SOURCE
+ * a few hundred bytes at a time and fails one call in eight with EINTR.  Its open refuses
+ * unnamed files (O_TMPFILE) in one round of three, as a filesystem without them does, so
+ * that both ways of making the file are taken, over an existing destination or a free one.
+ * Then the failures: a temporary file that exists (create), a destination that is a
+ * non-empty directory (rename: the temporary file must be gone), a negative part count,
+ * each with and without unnamed files.  Prints "<rounds> files, <calls> writev calls,
+ * <unnamed> unnamed, <named> named" (the files made each way); exits non-zero on failure. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "filewrite.h"
 #include "fuzz_rng.h"
 
-static long calls;
+static long calls, unnamed, named;
+static int refuse_unnamed;
+
+/* Replaces the C library's open for the whole executable (the library's own calls go to
+ * the system directly): counts the files made each way, refuses unnamed ones on demand. */
+int open(const char *file, int flags, ...)
+{
+    int mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, int);
+        va_end(ap);
+    }
+    if ((flags & O_TMPFILE) == O_TMPFILE) {
+        if (refuse_unnamed) {
+            errno = EOPNOTSUPP;
+            return -1;
+        }
+        unnamed++;
+    } else if (flags & O_CREAT) {
+        named++;
+    }
+    return (int)syscall(SYS_openat, AT_FDCWD, file, flags, mode);
+}
 
 /* Replaces the C library's writev for the whole executable. */
 ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
@@ -71,6 +101,9 @@ int main(int argc, char **argv)
             parts[i].iov_len = len;
             total += len;
         }
+        refuse_unnamed = r % 3 == 0;
+        if (r % 4 == 1)
+            unlink(path); /* (a free destination, else the last round's file) */
         if (sv_write_file(tmp, path, parts, n, (int)(r % 2), &step, &err) != SV_OK) {
             fprintf(stderr, "round %ld: step %d errno %d\n", r, step, err);
             return 1;
@@ -93,26 +126,36 @@ int main(int argc, char **argv)
         free(got);
         free(parts);
     }
-    /* the temporary file exists: refused at creation, and left alone */
-    FILE *f = fopen(tmp, "wb");
-    fclose(f);
-    struct iovec one = {"x", 1};
-    if (sv_write_file(tmp, path, &one, 1, 1, &step, &err) != SV_ERR_IO || step != SV_WRITE_CREATE ||
-        err != EEXIST || access(tmp, F_OK) != 0)
-        return fail("existing temporary file");
-    unlink(tmp);
-    /* the destination is a non-empty directory: the rename fails, the temporary file goes */
-    char sub[4096], inner[4200];
-    snprintf(sub, sizeof sub, "%s/sub", dir);
-    snprintf(inner, sizeof inner, "%s/inner", sub);
-    if (mkdir(sub, 0777) != 0 || !(f = fopen(inner, "wb")))
-        return fail("setup");
-    fclose(f);
-    if (sv_write_file(tmp, sub, &one, 1, 0, &step, &err) != SV_ERR_IO || step != SV_WRITE_RENAME ||
-        access(tmp, F_OK) == 0)
-        return fail("rename over a directory");
-    if (sv_write_file(tmp, path, &one, -1, 0, &step, &err) != SV_ERR_ARGUMENT)
-        return fail("negative count");
-    printf("%ld files, %ld writev calls\n", rounds, calls);
+    for (refuse_unnamed = 0; refuse_unnamed < 2; refuse_unnamed++) {
+        /* the temporary file exists (and so does the destination): refused, left alone */
+        FILE *f = fopen(tmp, "wb");
+        fclose(f);
+        struct iovec one = {"x", 1};
+        if (sv_write_file(tmp, path, &one, 1, 1, &step, &err) != SV_ERR_IO ||
+            step != SV_WRITE_CREATE || err != EEXIST || access(tmp, F_OK) != 0)
+            return fail("existing temporary file");
+        unlink(tmp);
+        /* the destination is a non-empty directory: the rename fails, no temporary file */
+        char sub[4096], inner[4200];
+        snprintf(sub, sizeof sub, "%s/sub", dir);
+        snprintf(inner, sizeof inner, "%s/inner", sub);
+        if ((mkdir(sub, 0777) != 0 && errno != EEXIST) || !(f = fopen(inner, "wb")))
+            return fail("setup");
+        fclose(f);
+        if (sv_write_file(tmp, sub, &one, 1, 0, &step, &err) != SV_ERR_IO ||
+            step != SV_WRITE_RENAME || access(tmp, F_OK) == 0)
+            return fail("rename over a directory");
+        /* the directory is missing: refused at creation, with ENOENT */
+        char lost[4200], lost_tmp[4300];
+        snprintf(lost, sizeof lost, "%s/missing/value", dir);
+        snprintf(lost_tmp, sizeof lost_tmp, "%s/missing/.tmp.value", dir);
+        if (sv_write_file(lost_tmp, lost, &one, 1, 0, &step, &err) != SV_ERR_IO ||
+            step != SV_WRITE_CREATE || err != ENOENT)
+            return fail("missing directory");
+        if (sv_write_file(tmp, path, &one, -1, 0, &step, &err) != SV_ERR_ARGUMENT)
+            return fail("negative count");
+    }
+    printf("%ld files, %ld writev calls, %ld unnamed, %ld named\n", rounds, calls, unnamed,
+           named);
     return 0;
 }
