@@ -3,7 +3,9 @@
 Each volume is a uint8 image (1 GiB: 1024^3, 2: 1024^2 x 2048, 4: 2048^2 x 1024, 8: 2048^3,
 16: 2048^2 x 4096) of 64^3 chunks, sharded with the spec shardvol's "auto" picks
 for it (identity hash: shards are aligned blocks), raw or jpeg (quality 75), written once
-by TensorStore under ``--data`` and reused.  Every operation runs in a fresh process, one
+by TensorStore under ``--data`` and reused.  ``--unsharded`` stores them as CloudVolume
+does by default instead: a file per chunk (32,768 in one directory at 8 GiB; the
+pyramid's scales are then unsharded too).  Every operation runs in a fresh process, one
 library at a time, and the parent reads the child's resource use as the kernel counts it
 (wait4): user and system CPU time and minor page faults; the child reports its own wall
 time of the operation and its peak RSS (VmHWM).
@@ -32,7 +34,7 @@ volume's size, for the cost as it grows.
 
 Run:  python benchmarks/bench_scale.py [--sizes 1 2 4 8] [--big] [--encodings raw jpeg]
       [--ops read cutouts write pyramid zarr first] [--libs shardvol tensorstore]
-      [--data DIR]
+      [--data DIR] [--unsharded]
       [--remote [--latency 0.025]]
 (shardvol built in place: PYTHONPATH=. from the repository)
 """
@@ -68,6 +70,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Case:
     gib: float
     encoding: str
+    sharded: bool = True
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -76,7 +79,7 @@ class Case:
 
     @property
     def name(self) -> str:
-        return f"{self.gib:g}GiB-{self.encoding}"
+        return f"{self.gib:g}GiB-{self.encoding}" + ("" if self.sharded else "-unsharded")
 
 
 def sharding_spec(shape: tuple[int, int, int]) -> dict:
@@ -88,9 +91,11 @@ def sharding_spec(shape: tuple[int, int, int]) -> dict:
 
 
 def scale_metadata(case: Case) -> dict:
-    meta = {"size": list(case.shape), "voxel_offset": [0, 0, 0], "chunk_size": list(CHUNK),
-            "resolution": [8, 8, 8], "encoding": case.encoding,
-            "sharding": sharding_spec(case.shape)}
+    meta: dict[str, object] = {
+        "size": list(case.shape), "voxel_offset": [0, 0, 0], "chunk_size": list(CHUNK),
+        "resolution": [8, 8, 8], "encoding": case.encoding}
+    if case.sharded:
+        meta["sharding"] = sharding_spec(case.shape)
     if case.encoding == "jpeg":
         meta["jpeg_quality"] = 75
     return meta
@@ -185,11 +190,10 @@ def first_box(shape: tuple[int, int, int]) -> tuple[slice, ...]:
     return tuple(slice(s // 2 // c * c, s // 2 // c * c + c) for s, c in zip(shape, CHUNK))
 
 
-def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> float:
+def child(op: str, lib: str, src: str, dst: str, case: Case) -> float:
     """Run one operation; returns the seconds it took (the write: its writes alone; first:
     from the library's import)."""
     started = time.perf_counter()
-    case = Case(gib, encoding)
     if lib == "shardvol":
         import shardvol
 
@@ -210,8 +214,8 @@ def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> f
             meta = scale_metadata(case)
             vol = shardvol.Volume.create(
                 sv_store(dst), size=case.shape, chunk_size=CHUNK, resolution=(8, 8, 8),
-                encoding=encoding, jpeg_quality=meta.get("jpeg_quality"),
-                sharding=meta["sharding"])
+                encoding=case.encoding, jpeg_quality=meta.get("jpeg_quality"),
+                sharding=meta.get("sharding"))
             spent = 0.0
             for z0 in range(0, case.shape[2], SLAB):
                 z1 = min(z0 + SLAB, case.shape[2])
@@ -224,7 +228,7 @@ def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> f
         if op == "pyramid":
             t0 = time.perf_counter()
             shardvol.downsample(shardvol.Volume(dst), (2, 2, 2), 3, encoding="raw",
-                                progress=False)
+                                sharding="auto" if case.sharded else None, progress=False)
             return time.perf_counter() - t0
         if op == "zarr":
             t0 = time.perf_counter()
@@ -267,10 +271,12 @@ def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> f
         for k in range(1, 4):
             f = 2 ** k
             size = [-(-n // f) for n in case.shape]
-            out = ts.open({**ts_spec(dst), "create": True, "scale_metadata": {
+            scale: dict[str, object] = {
                 "size": size, "voxel_offset": [0, 0, 0], "chunk_size": list(CHUNK),
-                "resolution": [8 * f] * 3, "encoding": "raw",
-                "sharding": sharding_spec(tuple(size))}}).result()  # type: ignore[arg-type]
+                "resolution": [8 * f] * 3, "encoding": "raw"}
+            if case.sharded:
+                scale["sharding"] = sharding_spec(tuple(size))
+            out = ts.open({**ts_spec(dst), "create": True, "scale_metadata": scale}).result()
             with ts.Transaction() as txn:
                 out.with_transaction(txn).write(
                     ts.downsample(base, [f, f, f, 1], "mean")).result()
@@ -298,7 +304,7 @@ def child(op: str, lib: str, src: str, dst: str, gib: float, encoding: str) -> f
 def run_child(op: str, lib: str, src: str, dst: str, case: Case) -> dict:
     """One operation in a fresh process: its timing and the kernel's counts of it."""
     argv = [sys.executable, os.path.abspath(__file__), "--child", op, lib, src, dst,
-            str(case.gib), case.encoding]
+            str(case.gib), case.encoding, str(int(case.sharded))]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     t0 = time.perf_counter()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -340,14 +346,16 @@ def main() -> None:
     parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS)
     parser.add_argument("--data", default=os.path.join(HERE, "data", "scale"))
     parser.add_argument("--quick", action="store_true", help="one 1/8 GiB raw volume")
+    parser.add_argument("--unsharded", action="store_true",
+                        help="a file per chunk (CloudVolume's default) instead of shards")
     parser.add_argument("--remote", action="store_true",
                         help="read and write through S3 (see above)")
     parser.add_argument("--latency", type=float, default=0.025)
-    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        op, lib, src, dst, gib, encoding = args.child
-        seconds = child(op, lib, src, dst, float(gib), encoding)
+        op, lib, src, dst, gib, encoding, sharded = args.child
+        seconds = child(op, lib, src, dst, Case(float(gib), encoding, sharded == "1"))
         with open("/proc/self/status") as f:  # (the peak RSS of this program, not the
             peak = next(int(line.split()[1]) for line in f  # parent's at the fork)
                         if line.startswith("VmHWM")) * 1024
@@ -381,7 +389,7 @@ def run_cases(args: argparse.Namespace, sizes: list[float], encodings: list[str]
           f"{'peak RSS':>9} {'faults':>10} {'per GiB':>8} {'TS/shardvol':>11}", flush=True)
     for gib in sizes:
         for encoding in encodings:
-            case = Case(gib, encoding)
+            case = Case(gib, encoding, not args.unsharded)
             src = ensure_source(args.data, case)
             run_child("read", "shardvol", src, "", case)  # (warms the page cache)
             for op in args.ops:
