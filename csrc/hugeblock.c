@@ -197,3 +197,18 @@ void sv_hugeblock_free(void *block, size_t capacity) {
     for (size_t i = 0; i < n_evicted; ++i) munmap(evicted[i].block, evicted[i].capacity);
     if (!keep) munmap(block, capacity);
 }
+
+int sv_hugeblock_populate(void *start, size_t length) {
+#ifdef MADV_POPULATE_WRITE
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t first = (uintptr_t)start / page * page;
+    if (length == 0) return SV_OK;
+    return madvise((void *)first, length + ((uintptr_t)start - first), MADV_POPULATE_WRITE) == 0
+               ? SV_OK
+               : SV_ERR_IO;
+#else
+    (void)start;
+    (void)length;
+    return SV_ERR_IO;
+#endif
+}

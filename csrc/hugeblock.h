@@ -41,4 +41,10 @@ int sv_hugeblock_advised(size_t capacity);
 /* Give back a block from sv_hugeblock_alloc with the capacity it reported. */
 void sv_hugeblock_free(void *block, size_t capacity);
 
+/* Fault in, as if written, the pages holding bytes [start, start + length) of a block
+ * (MADV_POPULATE_WRITE: one call instead of a fault per page, each page zeroed as on a
+ * write; the contents do not change).  SV_OK, or SV_ERR_IO with errno set (EINVAL: a
+ * kernel before 5.14; ENOMEM: no memory for them, which a write would then meet too). */
+int sv_hugeblock_populate(void *start, size_t length);
+
 #endif

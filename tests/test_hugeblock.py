@@ -206,3 +206,70 @@ def test_the_environment_decides_over_the_machine(setting, advised):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "SHARDVOL_HUGEPAGES": setting})
     assert out.stdout.strip() == str(advised)
+
+
+def _resident(a: np.ndarray) -> np.ndarray:
+    """Whether each 4 KiB page of ``a``'s block (page-aligned) is in memory (mincore)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pages = -(-a.nbytes // 4096)
+    vec = (ctypes.c_ubyte * pages)()
+    assert libc.mincore(ctypes.c_void_p(a.ctypes.data), ctypes.c_size_t(a.nbytes), vec) == 0
+    return np.frombuffer(vec, np.uint8) & 1 == 1
+
+
+def test_populate_faults_in_its_pages_only_and_keeps_the_contents():
+    a = hugeblock.buffer((1 << 30) + PAGE)  # (above any cache limit: freshly mapped)
+    assert not _resident(a).any()
+    start, stop = 5 * PAGE + 4097, 9 * PAGE - 1  # (not page-aligned at either end)
+    assert hugeblock.populate(a, start, stop)
+    resident = _resident(a)
+    first, last = start // 4096, (stop - 1) // 4096
+    assert resident[first:last + 1].all()
+    assert not resident[:first].any() and not resident[last + 1:].any()
+    assert not a[start:stop].any()  # (zero, as a fresh page is)
+    b = hugeblock.empty((300, 200, 100), np.uint16, order="F")
+    b[...] = np.random.default_rng(3).integers(0, 1 << 16, b.shape, dtype=np.uint16)
+    before = b.copy(order="K")
+    assert hugeblock.populate(b, 0, b.nbytes)
+    np.testing.assert_array_equal(b, before)
+    with pytest.raises(ValueError, match="not within"):
+        hugeblock.populate(b, 10, b.nbytes + 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        hugeblock.populate(b[::2], 0, 10)
+
+
+def test_large_local_reads_fault_their_output_in_ahead(tmp_path, monkeypatch):
+    """Local reads of outputs over _POPULATE_BYTES populate them in pieces first (on the
+    reading threads), and read the same voxels; remote reads do not."""
+    from shardvol.array import engine
+
+    from .http_server import StaticServer
+
+    data = np.random.default_rng(5).integers(0, 255, (256, 256, 64), dtype=np.uint8)
+    Volume.create(str(tmp_path), size=data.shape, chunk_size=(64, 64, 64),
+                  data_type="uint8", encoding="raw")[...] = data
+    monkeypatch.setattr(engine, "_POPULATE_BYTES", 1 << 20)
+    monkeypatch.setattr(engine, "_POPULATE_PIECE", 300_000)
+    calls: list[tuple[int, int]] = []
+    real = hugeblock.populate
+
+    def recording(array, start, stop):
+        calls.append((start, stop))
+        return real(array, start, stop)
+
+    monkeypatch.setattr(hugeblock, "populate", recording)
+    out = Volume(str(tmp_path))[...]
+    np.testing.assert_array_equal(out[..., 0], data)
+    assert sorted(calls) == [(s, min(s + 300_000, data.nbytes))
+                             for s in range(0, data.nbytes, 300_000)]
+    calls.clear()
+    np.testing.assert_array_equal(Volume(str(tmp_path))[0:64, 0:64, 0:64][..., 0],
+                                  data[:64, :64])  # (256 KiB: below the threshold)
+    server = StaticServer(str(tmp_path))
+    try:
+        np.testing.assert_array_equal(Volume(server.url)[...][..., 0], data)
+    finally:
+        server.close()
+    assert calls == []

@@ -9,7 +9,9 @@ from shardvol._ext.csrc_hugeblock cimport (
     sv_hugeblock_advised,
     sv_hugeblock_alloc,
     sv_hugeblock_free,
+    sv_hugeblock_populate,
 )
+from shardvol._ext.csrc cimport SV_OK
 
 #: Arrays of fewer bytes come from np.empty (malloc's heap, whose freed memory below its
 #: trim threshold is reused without page faults).
@@ -77,3 +79,18 @@ def buffer(size_t nbytes):
         raise MemoryError(f"cannot allocate {nbytes} bytes")
     block.size[0] = nbytes
     return np.frombuffer(block, np.uint8)
+
+
+def populate(array, Py_ssize_t start, Py_ssize_t stop):
+    """Fault in the pages of bytes [start, stop) of ``array``'s memory (contiguous, in a
+    block: from :func:`empty` or :func:`buffer`) ahead of writing them, in one system call
+    with the GIL released; its contents do not change.  False where the kernel cannot."""
+    if not (array.flags.c_contiguous or array.flags.f_contiguous):
+        raise ValueError("populate needs a contiguous array")
+    if not 0 <= start <= stop <= array.nbytes:
+        raise ValueError(f"bytes [{start}, {stop}) are not within the array's {array.nbytes}")
+    cdef size_t base = array.__array_interface__["data"][0]
+    cdef int rc
+    with nogil:
+        rc = sv_hugeblock_populate(<void *>(base + <size_t>start), <size_t>(stop - start))
+    return rc == SV_OK
