@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdio.h> /* rename, snprintf */
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #ifndef IOV_MAX
@@ -63,9 +64,23 @@ static int failed(int at, int *step, int *err_no)
     return SV_ERR_IO;
 }
 
-/* 1 if /proc/self/fd names open files (an unnamed file is linked through it), 0 if not,
- * -1 until looked at: a property of the process, looked at once. */
-static int proc_fd_usable = -1;
+/* 1 if files are made unnamed, 0 if not, -1 until looked at (once; a race only looks
+ * twice): they need /proc/self/fd (an unnamed file is linked through it) and Linux 6.0 or
+ * later (earlier kernels did not apply the umask to them on filesystems without ACLs). */
+static int unnamed_usable = -1;
+
+static int unnamed_files(void)
+{
+    int usable = __atomic_load_n(&unnamed_usable, __ATOMIC_RELAXED);
+    if (usable < 0) {
+        struct utsname u;
+        int major = 0;
+        usable = uname(&u) == 0 && sscanf(u.release, "%d", &major) == 1 && major >= 6 &&
+                 access("/proc/self/fd", X_OK) == 0;
+        __atomic_store_n(&unnamed_usable, usable, __ATOMIC_RELAXED);
+    }
+    return usable;
+}
 
 /* A new unnamed file (O_TMPFILE) in the directory of `path`, or -1 with errno (EOPNOTSUPP
  * where it cannot be made that way: the filesystem, the kernel or /proc says no). */
@@ -75,12 +90,8 @@ static int open_unnamed(const char *path)
     char dir[PATH_MAX];
     const char *slash = strrchr(path, '/');
     size_t n = slash == NULL ? 0 : (slash == path ? 1 : (size_t)(slash - path));
-    int fd, usable = __atomic_load_n(&proc_fd_usable, __ATOMIC_RELAXED);
-    if (usable < 0) {
-        usable = access("/proc/self/fd", X_OK) == 0;
-        __atomic_store_n(&proc_fd_usable, usable, __ATOMIC_RELAXED);
-    }
-    if (!usable) {
+    int fd;
+    if (!unnamed_files()) {
         errno = EOPNOTSUPP;
         return -1;
     }
@@ -107,13 +118,19 @@ static int open_unnamed(const char *path)
 }
 
 /* Give the unnamed file `fd` the name `path`: linked there if `path` is free, else linked
- * as `tmp` and renamed over `path`. 0, or -1 with errno and the failed step in *at. */
+ * as `tmp` and renamed over `path`.  0; -1 with errno and the failed step in *at; 1 if
+ * linking through /proc is refused here (a sandbox, a filesystem), and then for the rest of
+ * the process: the caller writes the file under a name instead. */
 static int link_unnamed(int fd, const char *tmp, const char *path, int *at)
 {
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
     if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0)
         return 0;
+    if (errno == EPERM || errno == EOPNOTSUPP || errno == EXDEV || errno == EINVAL) {
+        __atomic_store_n(&unnamed_usable, 0, __ATOMIC_RELAXED);
+        return 1;
+    }
     if (errno != EEXIST) {
         *at = SV_WRITE_RENAME;
         return -1;
@@ -145,7 +162,7 @@ int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, 
                   int do_fsync, int *step, int *err_no)
 {
     int64_t i;
-    int fd, at, rc = SV_OK;
+    int fd, at, linked = 0, rc = SV_OK;
     *step = 0;
     *err_no = 0;
     if (nparts < 0)
@@ -161,14 +178,16 @@ int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, 
             rc = failed(SV_WRITE_WRITE, step, err_no);
         else if (do_fsync && sync_fd(fd) != 0)
             rc = failed(SV_WRITE_SYNC, step, err_no);
-        else if (link_unnamed(fd, tmp, path, &at) != 0)
+        else if ((linked = link_unnamed(fd, tmp, path, &at)) < 0)
             rc = failed(at, step, err_no);
-        if (close(fd) != 0 && rc == SV_OK && errno != EINTR)
+        if (close(fd) != 0 && rc == SV_OK && linked == 0 && errno != EINTR)
             rc = failed(SV_WRITE_CLOSE, step, err_no);
-        return rc;
-    }
-    if (errno != EOPNOTSUPP)
+        if (rc != SV_OK || linked == 0)
+            return rc;
+        /* (linking refused: the file is written again below, under a name) */
+    } else if (errno != EOPNOTSUPP) {
         return failed(SV_WRITE_CREATE, step, err_no);
+    }
     do {
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     } while (fd < 0 && errno == EINTR);

@@ -16,10 +16,11 @@
 #define SV_WRITE_RENAME 5
 
 /* Write the `nparts` buffers of `parts` in order to a new file, fsync it if `do_fsync` and
- * give it the name `path`.  Where the filesystem can (Linux's O_TMPFILE, with /proc), the
- * file is made unnamed in `path`'s directory and linked at `path` once written, or, if
- * `path` exists, linked as `tmp` and renamed over it; elsewhere it is created as `tmp` (which
- * must not exist; mode 0666 less the umask) and renamed.  Returns SV_OK, SV_ERR_ARGUMENT
+ * give it the name `path`.  Where the system can (Linux 6.0 or later, O_TMPFILE, /proc),
+ * the file is made unnamed in `path`'s directory and linked at `path` once written, or, if
+ * `path` exists, linked as `tmp` and renamed over it; elsewhere, or where linking through
+ * /proc is refused, it is created as `tmp` (which must not exist; mode 0666 less the
+ * umask) and renamed.  Returns SV_OK, SV_ERR_ARGUMENT
  * (nparts < 0, or a part without a base but with a length), or SV_ERR_IO with the failed
  * step in *step and its errno in *err_no (ENOENT at SV_WRITE_CREATE: the directory is
  * missing).  After a failure no temporary file is left and `path` is untouched, except

@@ -198,6 +198,10 @@ void sv_hugeblock_free(void *block, size_t capacity) {
     if (!keep) munmap(block, capacity);
 }
 
+#if defined(__linux__) && !defined(MADV_POPULATE_WRITE)
+#define MADV_POPULATE_WRITE 23 /* (Linux 5.14; C libraries before glibc 2.35 lack the name) */
+#endif
+
 int sv_hugeblock_populate(void *start, size_t length) {
 #ifdef MADV_POPULATE_WRITE
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);

@@ -30,29 +30,41 @@
 #include "fuzz_rng.h"
 
 static long calls, unnamed, named;
-static int refuse_unnamed;
+static int refuse_unnamed, refuse_link;
 
 /* Replaces the C library's open for the whole executable (the library's own calls go to
  * the system directly): counts the files made each way, refuses unnamed ones on demand. */
 int open(const char *file, int flags, ...)
 {
-    int mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
+    const int tmpfile = (flags & O_TMPFILE) == O_TMPFILE, creating = (flags & O_CREAT) != 0;
+    int mode = 0, fd;
+    if (tmpfile || creating) {
         va_list ap;
         va_start(ap, flags);
         mode = va_arg(ap, int);
         va_end(ap);
     }
-    if ((flags & O_TMPFILE) == O_TMPFILE) {
-        if (refuse_unnamed) {
-            errno = EOPNOTSUPP;
-            return -1;
-        }
-        unnamed++;
-    } else if (flags & O_CREAT) {
-        named++;
+    if (tmpfile && refuse_unnamed) {
+        errno = EOPNOTSUPP;
+        return -1;
     }
-    return (int)syscall(SYS_openat, AT_FDCWD, file, flags, mode);
+    fd = (int)syscall(SYS_openat, AT_FDCWD, file, flags, mode);
+    if (fd >= 0 && tmpfile)
+        unnamed++;
+    else if (fd >= 0 && creating)
+        named++;
+    return fd;
+}
+
+/* Replaces linkat likewise: refuses links on demand, as a sandbox refusing to link through
+ * /proc does. */
+int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
+{
+    if (refuse_link) {
+        errno = EPERM;
+        return -1;
+    }
+    return (int)syscall(SYS_linkat, olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
 /* Replaces the C library's writev for the whole executable. */
@@ -155,6 +167,24 @@ int main(int argc, char **argv)
         if (sv_write_file(tmp, path, &one, -1, 0, &step, &err) != SV_ERR_ARGUMENT)
             return fail("negative count");
     }
+    /* linking refused: the file is written under a name, and every file after it */
+    refuse_unnamed = 0;
+    refuse_link = 1;
+    struct iovec two = {"yz", 2};
+    long unnamed_before = unnamed, named_before = named;
+    if (sv_write_file(tmp, path, &two, 1, 0, &step, &err) != SV_OK || access(tmp, F_OK) == 0)
+        return fail("linking refused");
+    FILE *g = fopen(path, "rb");
+    char got[3] = {0};
+    if (!g || fread(got, 1, 3, g) != 2 || memcmp(got, "yz", 2) != 0)
+        return fail("linking refused: wrong bytes");
+    fclose(g);
+    if (unnamed != unnamed_before + 1 || named != named_before + 1)
+        return fail("linking refused: not written under a name");
+    refuse_link = 0;
+    if (sv_write_file(tmp, path, &two, 1, 0, &step, &err) != SV_OK ||
+        unnamed != unnamed_before + 1 || named != named_before + 2)
+        return fail("unnamed files used again after a refused link");
     printf("%ld files, %ld writev calls, %ld unnamed, %ld named\n", rounds, calls, unnamed,
            named);
     return 0;
