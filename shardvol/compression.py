@@ -71,6 +71,23 @@ def zstd_compress(data: bytes | memoryview, level: int, checksum: bool = False) 
     return c.compress(data)
 
 
+def zstd_bound(size: int) -> int:
+    """The most bytes a zstd frame of ``size`` bytes takes (zstd's ZSTD_COMPRESSBOUND)."""
+    small = (128 << 10) - size >> 11 if size < 128 << 10 else 0
+    return size + (size >> 8) + small
+
+
+def zstd_compress_into(data: bytes | memoryview, level: int, out: memoryview) -> memoryview | None:
+    """``data`` as :func:`zstd_compress` frames it (the same bytes: the same zstd 1.5.7),
+    written into ``out`` (at least ``zstd_bound(len(data))`` bytes): the view of ``out``
+    it takes.  For levels 1 and above; None for the others (imagecodecs' one-shot call,
+    which fills a buffer it is given, makes levels below 1 its default 3)."""
+    if level < 1:
+        return None
+    written = imagecodecs.zstd_encode(data, level=level, out=out)  # type: ignore[arg-type]
+    return written  # type: ignore[return-value]  # a view of out, as out is a memoryview
+
+
 def check_level(level: object) -> int:
     """``level`` (a ``compress_level`` option) as a gzip level in [0, MAX_LEVEL]."""
     if isinstance(level, bool) or not isinstance(level, numbers.Integral) or not (

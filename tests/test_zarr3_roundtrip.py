@@ -279,3 +279,63 @@ def test_zstd_checksum_and_blosc_defaults_both_ways(tmp_path):
         theirs = str(tmp_path / f"theirs{n}")
         ts_write(theirs, meta, data)
         assert equal(read_all(open_chunkstore(theirs)), data)
+
+
+@pytest.mark.parametrize("level, checksum, into", [
+    (1, False, True), (3, False, True), (9, False, True),
+    (0, False, False), (-5, False, False), (3, True, False),  # (as encode: new bytes)
+])
+def test_chunks_encoded_into_a_buffer_are_encode_s_bytes(level, checksum, into):
+    rng = np.random.default_rng(level + 10 + 100 * checksum)
+    smooth = np.repeat(rng.integers(0, 255, (32, 48, 5), dtype=np.uint8), 4, axis=2)
+    for chunk in (smooth, rng.integers(0, 255, (32, 48, 20), dtype=np.uint8)):  # (and noise)
+        chain = create_metadata(chunk.shape, chunk.dtype, chunk.shape,
+                                codecs=[BytesCodec(), ZstdCodec(level, checksum)]).codec_chain
+        bound = chain.encoded_bound()
+        assert bound is not None
+        out = memoryview(bytearray(bound))  # (exactly the bound: noise fills most of it)
+        got = chain.encode_into(chunk, out)
+        assert bytes(got) == chain.encode(chunk)
+        assert (isinstance(got, memoryview) and got.obj is out.obj) == into
+        assert equal(chain.decode(bytes(got)), chunk)
+    crc = create_metadata((8, 8), "uint8", (8, 8), codecs=[BytesCodec(), Crc32cCodec()])
+    assert crc.codec_chain.encoded_bound() is None  # (no codec that writes into a buffer)
+
+
+@pytest.mark.parametrize("sharded", [True, False])
+def test_writes_encode_into_reused_blocks_and_store_the_same_bytes(tmp_path, monkeypatch,
+                                                                 sharded):
+    """Zarr zstd chunks are encoded into slots of one block per unit (the engine's
+    _slots): the files are byte for byte those written through new bytes, and read back
+    by TensorStore."""
+    from shardvol import zarr3
+    from shardvol.array import engine
+
+    data = np.random.default_rng(4).integers(0, 40, (96, 80, 70), dtype=np.uint16)
+    slots = engine.ChunkedArray._slots
+    made: list[int] = []
+
+    def counted(self, coords):
+        found = slots(self, coords)
+        made.append(len(found))
+        return found
+
+    def write(path: str) -> dict[str, bytes]:
+        from pathlib import Path
+
+        arr = zarr3.create(path, data.shape, data.dtype, (64, 64, 64) if sharded else
+                           (32, 32, 32), (32, 32, 32) if sharded else None,
+                           codecs=[BytesCodec(), ZstdCodec(3)])
+        arr[...] = data
+        arr[10:50, 5:20, 60:70] = 7  # (partly covered chunks: merged, then encoded)
+        return {str(f.relative_to(path)): f.read_bytes()
+                for f in Path(path).rglob("*") if f.is_file()}
+
+    monkeypatch.setattr(engine.ChunkedArray, "_slots", counted)
+    into = write(str(tmp_path / "into"))
+    assert made and all(n > 0 for n in made)
+    monkeypatch.setattr(engine.ChunkedArray, "_slots", lambda self, coords: {})
+    assert write(str(tmp_path / "new")) == into
+    expected = data.copy()
+    expected[10:50, 5:20, 60:70] = 7
+    assert equal(ts_read(str(tmp_path / "into")), expected)

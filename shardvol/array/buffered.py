@@ -12,7 +12,7 @@ see the buffer (and a unit replaced in the buffer hides what storage holds).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 
@@ -27,10 +27,10 @@ class _Buffer:
     __slots__ = ("chunks", "replaced")
 
     def __init__(self) -> None:
-        self.chunks: dict[ChunkCoord, bytes | None] = {}
+        self.chunks: dict[ChunkCoord, Blob | None] = {}
         self.replaced = False
 
-    def lookup(self, coord: ChunkCoord) -> tuple[bool, bytes | None]:
+    def lookup(self, coord: ChunkCoord) -> tuple[bool, Blob | None]:
         """(whether the buffer decides this chunk, its bytes or None if absent)."""
         if coord in self.chunks:
             return True, self.chunks[coord]
@@ -103,7 +103,7 @@ class BufferedChunkStore(ChunkStore[Unit]):
     def update_unit(
         self,
         unit: Unit,
-        put: dict[ChunkCoord, bytes],
+        put: Mapping[ChunkCoord, Blob],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
         current: UnitContents | None = None,

@@ -22,7 +22,7 @@ UnitChangedError; the caller redoes the cycle from a fresh read, inside
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
@@ -173,7 +173,7 @@ class ChunkStore(ABC, Generic[Unit]):
     def update_unit(
         self,
         unit: Unit,
-        put: dict[ChunkCoord, bytes],
+        put: Mapping[ChunkCoord, Blob],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
         current: UnitContents | None = None,

@@ -90,6 +90,16 @@ class RegionCodec(ChunkCodec, Protocol):
     ) -> np.ndarray: ...
 
 
+@runtime_checkable
+class BufferCodec(ChunkCodec, Protocol):
+    """A codec that can encode a chunk into a buffer it is given (zstd-compressed Zarr
+    chunks): ``encoded_bound()`` bytes of it (None: it cannot)."""
+
+    def encoded_bound(self) -> int | None: ...
+
+    def encode_into(self, array: np.ndarray, out: memoryview) -> Blob: ...
+
+
 class BoxReader(Protocol):
     """Reads some chunks' selected boxes straight into the output, faster than
     fetching and decoding them one by one (raw chunk files, say)."""
@@ -527,13 +537,14 @@ class ChunkedArray:
         partial = [c for c in members if c not in done]
         all_chunks = None if partial else self.store.unit_chunks(unit)
         replace = all_chunks is not None and set(all_chunks) == set(members)
-        blobs: dict[ChunkCoord, bytes | None] = {}
+        blobs: dict[ChunkCoord, Blob | None] = {}
+        slots = self._slots(list(members))
 
         def encode_full(c: ChunkCoord) -> None:
             parts = members[c]
             chunk = (self._chunk_from_value(*parts[0]) if len(parts) == 1
                      else self._merge(c, None, parts))
-            blobs[c] = self._encode(c, chunk)
+            blobs[c] = self._encode(c, chunk, slots.get(c))
 
         run_parallel(encode_full, full, threads)
 
@@ -544,7 +555,8 @@ class ChunkedArray:
             existing = current.chunks(partial) if current else {}
 
             def encode_merged(c: ChunkCoord) -> None:
-                blobs[c] = self._encode(c, self._merge(c, existing.get(c), members[c]))
+                blobs[c] = self._encode(c, self._merge(c, existing.get(c), members[c]),
+                                        slots.get(c))
 
             run_parallel(encode_merged, partial, threads)
             put = {c: b for c, b in blobs.items() if b is not None}
@@ -600,9 +612,24 @@ class ChunkedArray:
             chunk[p.chunk_sel] = arr[p.out_sel]
         return chunk
 
-    def _encode(self, coord: ChunkCoord, chunk: np.ndarray) -> bytes | None:
+    def _slots(self, coords: list[ChunkCoord]) -> dict[ChunkCoord, memoryview]:
+        """Where a unit's chunks are encoded, if the codec encodes into a buffer: a slot
+        each of one block, which goes back to hugeblock's cache once the unit is stored
+        and its chunks' views dropped.  The next unit's chunks are then encoded into pages
+        already there: encoded into new bytes each, 512 zstd chunks of 256 KiB took 22,600
+        page faults and 44-94 ms of system time, in slots 1,200 and 1-18 ms."""
+        bound = self.codec.encoded_bound() if isinstance(self.codec, BufferCodec) else None
+        if bound is None:
+            return {}
+        block = hugeblock.buffer(len(coords) * bound).data
+        return {c: block[i * bound:(i + 1) * bound] for i, c in enumerate(coords)}
+
+    def _encode(self, coord: ChunkCoord, chunk: np.ndarray,
+                slot: memoryview | None = None) -> Blob | None:
         if self.skip_fill_chunks and is_fill(chunk, self.fill_value):
             return None
+        if slot is not None:
+            return self.codec.encode_into(chunk, slot)  # type: ignore[attr-defined]
         return self.codec.encode(chunk)
 
     def prepare_value(self, sel: tuple[AxisSelection, ...], value: Any) -> np.ndarray:

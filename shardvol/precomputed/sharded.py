@@ -9,7 +9,7 @@ ChunkStore.conditional).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 
@@ -206,7 +206,7 @@ class ShardedChunkStore(KVChunkStore[int]):
     def update_unit(
         self,
         unit: int,
-        put: dict[ChunkCoord, bytes],
+        put: Mapping[ChunkCoord, Blob],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
         current: UnitContents | None = None,

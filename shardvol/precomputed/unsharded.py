@@ -7,7 +7,7 @@ chunk wide, so the generic engine can treat a scale as an (x, y, z, c) array.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 
 from shardvol.array.chunkstore import (
@@ -129,7 +129,7 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
     def update_unit(
         self,
         unit: ChunkCoord,
-        put: dict[ChunkCoord, bytes],
+        put: Mapping[ChunkCoord, Blob],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
         current: UnitContents | None = None,
@@ -142,7 +142,7 @@ class UnshardedChunkStore(KVChunkStore[ChunkCoord]):
         read = current if isinstance(current, ChunkFileContents) and not replace else None
         if unit in put:
             if read is None:
-                self.kv.set(key, put[unit])
+                self.kv.set(key, bytes(put[unit]))  # (bytes already: no copy)
             else:
                 write_if(self.kv, key, put[unit], read.version)
             if self.kv.local:

@@ -412,7 +412,7 @@ class ZarrChunkStore(KVChunkStore[str]):
     def update_unit(
         self,
         unit: str,
-        put: dict[ChunkCoord, bytes],
+        put: Mapping[ChunkCoord, Blob],
         delete: Iterable[ChunkCoord] = (),
         replace: bool = False,
         current: UnitContents | None = None,
@@ -430,7 +430,7 @@ class ZarrChunkStore(KVChunkStore[str]):
             if read is not None:
                 write_if(self.kv, unit, value, read.version)
             elif value is not None:
-                self.kv.set(unit, value)
+                self.kv.set_parts(unit, [value])  # (a view of the engine's encoding block)
             else:
                 self.kv.delete(unit)
             return

@@ -29,7 +29,14 @@ import numpy as np
 from shardvol._ext import transpose
 from shardvol._ext.staging import staging_buffer
 from shardvol.array.values import is_fill
-from shardvol.compression import gzip_compress, gzip_decompress, is_gzip, zstd_compress
+from shardvol.compression import (
+    gzip_compress,
+    gzip_decompress,
+    is_gzip,
+    zstd_bound,
+    zstd_compress,
+    zstd_compress_into,
+)
 from shardvol.errors import (
     ChecksumError,
     ChunkDecodeError,
@@ -123,6 +130,15 @@ class BytesBytesCodec(Codec):
     @abstractmethod
     def encode(self, data: Any) -> bytes:
         """Encode a bytes-like (bytes, memoryview or contiguous uint8 array)."""
+
+    def bound(self, size: int) -> int | None:
+        """The most bytes :meth:`encode_into` writes for ``size`` bytes; None if it does not."""
+        return None
+
+    def encode_into(self, data: Any, out: memoryview) -> memoryview | None:
+        """:meth:`encode`'s bytes written into ``out`` (at least :meth:`bound` bytes), as
+        the view of ``out`` they take; None where this codec does not (then encode)."""
+        return None
 
     @abstractmethod
     def decode(
@@ -413,6 +429,12 @@ class ZstdCodec(BytesBytesCodec):
     def encode(self, data: bytes) -> bytes:
         return zstd_compress(data, self.level, self.checksum)
 
+    def bound(self, size: int) -> int | None:
+        return zstd_bound(size)
+
+    def encode_into(self, data: Any, out: memoryview) -> memoryview | None:
+        return None if self.checksum else zstd_compress_into(data, self.level, out)
+
     def decode(
         self,
         data: bytes | memoryview,
@@ -627,16 +649,40 @@ class CodecChain:
 
     def encode(self, array: np.ndarray) -> bytes:
         """Encoded bytes of one full chunk (``array`` has the chunk's shape)."""
+        data = self._ab_encoded(array)
+        for bb in self._bb:
+            data = bb.encode(data)
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def encoded_bound(self) -> int | None:
+        """The bytes :meth:`encode_into` needs of its buffer; None if the chain does not
+        encode into one (its last bytes -> bytes codec cannot)."""
+        size = self._ab.encoded_size(self._ab_spec)
+        for bb in self._bb:
+            size = None if size is None else bb.bound(size)
+        return size if self._bb else None
+
+    def encode_into(self, array: np.ndarray, out: memoryview) -> bytes | memoryview:
+        """:meth:`encode`'s bytes, written into ``out`` (:meth:`encoded_bound` bytes) where
+        the chain's last codec can: the view of ``out`` they take; else new bytes."""
+        data = self._ab_encoded(array)
+        for bb in self._bb[:-1]:
+            data = bb.encode(data)
+        written = self._bb[-1].encode_into(data, out) if self._bb else None
+        if written is not None:
+            return written
+        data = self._bb[-1].encode(data) if self._bb else data
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def _ab_encoded(self, array: np.ndarray) -> Any:
+        """The chunk through the array -> array codecs and the array -> bytes codec."""
         if tuple(array.shape) != self.spec.shape:
             raise ChunkEncodeError(
                 f"chunk array has shape {list(array.shape)}, expected {list(self.spec.shape)}"
             )
         for aa in self._aa:
             array = aa.encode(array)
-        data = self._ab.encode(array, self._ab_spec)
-        for bb in self._bb:
-            data = bb.encode(data)
-        return data if isinstance(data, bytes) else bytes(data)
+        return self._ab.encode(array, self._ab_spec)
 
     def decode(
         self,
