@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import EllipsisType
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -629,7 +629,7 @@ class ChunkedArray:
         if self.skip_fill_chunks and is_fill(chunk, self.fill_value):
             return None
         if slot is not None:
-            return self.codec.encode_into(chunk, slot)  # type: ignore[attr-defined]
+            return cast(BufferCodec, self.codec).encode_into(chunk, slot)  # (see _slots)
         return self.codec.encode(chunk)
 
     def prepare_value(self, sel: tuple[AxisSelection, ...], value: Any) -> np.ndarray:
