@@ -149,20 +149,27 @@ static int link_unnamed(int fd, const char *tmp, const char *path, int *at)
     return 0;
 }
 
-static int sync_fd(int fd)
+/* Write parts[0..n) to `fd` and fsync it if `do_fsync`: SV_OK, or SV_ERR_IO with the failed
+ * step (SV_WRITE_WRITE or SV_WRITE_SYNC) reported. */
+static int fill(int fd, const struct iovec *parts, int64_t n, int do_fsync, int *step,
+                int *err_no)
 {
     int r;
+    if (write_parts(fd, parts, n) != 0)
+        return failed(SV_WRITE_WRITE, step, err_no);
+    if (!do_fsync)
+        return SV_OK;
     do {
         r = fsync(fd);
     } while (r != 0 && errno == EINTR);
-    return r;
+    return r == 0 ? SV_OK : failed(SV_WRITE_SYNC, step, err_no);
 }
 
 int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, int64_t nparts,
                   int do_fsync, int *step, int *err_no)
 {
     int64_t i;
-    int fd, at, linked = 0, rc = SV_OK;
+    int fd, at, linked = 0, rc;
     *step = 0;
     *err_no = 0;
     if (nparts < 0)
@@ -174,11 +181,8 @@ int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, 
     if (fd >= 0) {
         /* The file gets its name only once written (and synced): a crash before that
          * leaves nothing behind, and no writer in the directory waits on its creation. */
-        if (write_parts(fd, parts, nparts) != 0)
-            rc = failed(SV_WRITE_WRITE, step, err_no);
-        else if (do_fsync && sync_fd(fd) != 0)
-            rc = failed(SV_WRITE_SYNC, step, err_no);
-        else if ((linked = link_unnamed(fd, tmp, path, &at)) < 0)
+        rc = fill(fd, parts, nparts, do_fsync, step, err_no);
+        if (rc == SV_OK && (linked = link_unnamed(fd, tmp, path, &at)) < 0)
             rc = failed(at, step, err_no);
         if (close(fd) != 0 && rc == SV_OK && linked == 0 && errno != EINTR)
             rc = failed(SV_WRITE_CLOSE, step, err_no);
@@ -193,10 +197,7 @@ int sv_write_file(const char *tmp, const char *path, const struct iovec *parts, 
     } while (fd < 0 && errno == EINTR);
     if (fd < 0)
         return failed(SV_WRITE_CREATE, step, err_no);
-    if (write_parts(fd, parts, nparts) != 0)
-        rc = failed(SV_WRITE_WRITE, step, err_no);
-    else if (do_fsync && sync_fd(fd) != 0)
-        rc = failed(SV_WRITE_SYNC, step, err_no);
+    rc = fill(fd, parts, nparts, do_fsync, step, err_no);
     if (close(fd) != 0 && rc == SV_OK && errno != EINTR)
         rc = failed(SV_WRITE_CLOSE, step, err_no);
     if (rc == SV_OK && rename(tmp, path) != 0)

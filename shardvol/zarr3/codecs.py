@@ -595,6 +595,18 @@ class Crc32cCodec(BytesBytesCodec):
 # --------------------------------------------------------------------------- the pipeline
 
 
+def _through(codecs: Sequence[BytesBytesCodec], data: Any) -> Any:
+    """``data`` encoded by each of ``codecs`` in turn."""
+    for codec in codecs:
+        data = codec.encode(data)
+    return data
+
+
+def _owned(data: Any) -> bytes:
+    """``data`` as bytes of its own (the array -> bytes codec may give a staging view)."""
+    return data if isinstance(data, bytes) else bytes(data)
+
+
 class CodecChain:
     """A codec list bound to one chunk spec: encodes and decodes whole chunks."""
 
@@ -649,10 +661,7 @@ class CodecChain:
 
     def encode(self, array: np.ndarray) -> bytes:
         """Encoded bytes of one full chunk (``array`` has the chunk's shape)."""
-        data = self._ab_encoded(array)
-        for bb in self._bb:
-            data = bb.encode(data)
-        return data if isinstance(data, bytes) else bytes(data)
+        return _owned(_through(self._bb, self._ab_encoded(array)))
 
     def encoded_bound(self) -> int | None:
         """The bytes :meth:`encode_into` needs of its buffer; None if the chain does not
@@ -663,16 +672,13 @@ class CodecChain:
         return size if self._bb else None
 
     def encode_into(self, array: np.ndarray, out: memoryview) -> bytes | memoryview:
-        """:meth:`encode`'s bytes, written into ``out`` (:meth:`encoded_bound` bytes) where
-        the chain's last codec can: the view of ``out`` they take; else new bytes."""
-        data = self._ab_encoded(array)
-        for bb in self._bb[:-1]:
-            data = bb.encode(data)
-        written = self._bb[-1].encode_into(data, out) if self._bb else None
-        if written is not None:
-            return written
-        data = self._bb[-1].encode(data) if self._bb else data
-        return data if isinstance(data, bytes) else bytes(data)
+        """:meth:`encode`'s bytes, written into ``out`` (:meth:`encoded_bound` bytes, so a
+        chain with one) where the chain's last codec can: the view of ``out`` they take;
+        else new bytes."""
+        *inner, last = self._bb
+        data = _through(inner, self._ab_encoded(array))
+        written = last.encode_into(data, out)
+        return written if written is not None else _owned(last.encode(data))
 
     def _ab_encoded(self, array: np.ndarray) -> Any:
         """The chunk through the array -> array codecs and the array -> bytes codec."""
