@@ -92,11 +92,14 @@ def box_row(shape: Sequence[int], chunk_sel: Sequence[slice],
 
 def in_pieces(n: int, parallel: int, read: Callable[[slice], np.ndarray]) -> np.ndarray:
     """The statuses ``read(piece)`` gives for boxes ``0..n-1``: one call, or with
-    ``parallel`` > 1 calls for consecutive pieces (two per thread, taken by threads as they
-    free up), on up to ``parallel`` threads (the caller is one of them)."""
+    ``parallel`` > 1 calls for consecutive pieces (up to eight per thread, taken by threads
+    as they free up), on up to ``parallel`` threads (the caller is one of them).  Boxes
+    differ in cost (a whole chunk, the prefix of one, a corner of one): a cutout's dozen
+    boxes in pieces of one balance the threads better than in two pieces per thread
+    (zstd cutouts of 100^3, 2 cores: 41.0 against 42.2 ms)."""
     if parallel <= 1 or n < 2:
         return read(slice(0, n))
-    count = min(n, 2 * parallel)
+    count = min(n, 8 * parallel)
     bounds = [n * i // count for i in range(count + 1)]
     status = np.empty(n, np.int8)
 
