@@ -8,11 +8,11 @@
  * 2 MiB pages, and advised for huge pages (MADV_HUGEPAGE) when there are free ones for
  * them that the host keeps (see sv_hugeblock_advised); smaller blocks are mapped in whole
  * SV_HUGEBLOCK_SMALL units.  Freed blocks are kept, up to a 64th of the machine's memory
- * in all (from SV_HUGEBLOCK_CACHE_MIN to SV_HUGEBLOCK_CACHE_MAX), for later blocks of up
- * to their size and at least half of it (their pages are then already present: a second
- * 256 MB read took 21 ms instead of 90; 24 cutouts of 1 MB held at once, then dropped,
- * took 5,860 page faults a round from malloc's main arena, which gives the freed memory
- * back to the kernel); the others are unmapped at once.
+ * in all (from SV_HUGEBLOCK_CACHE_MIN to SV_HUGEBLOCK_CACHE_MAX) and 1024 blocks, for
+ * later blocks of up to their size and at least half of it (their pages are then already
+ * present: a second 256 MB read took 21 ms instead of 90; 24 cutouts of 1 MB held at once,
+ * then dropped, took 5,860 page faults a round from malloc's main arena, which gives the
+ * freed memory back to the kernel); the others are unmapped at once.
  *
  * Thread-safe.  After fork() a child starts with an empty cache.
  */

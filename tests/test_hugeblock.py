@@ -132,6 +132,19 @@ def test_volume_reads_partly_outside_fill_the_rest(tmp_path):
         del out
 
 
+def test_hundreds_of_chunk_buffers_dropped_together_are_all_reused():
+    """A remote read's decoded chunks (256 KiB each, 250 for 24 cutouts of 100^3), kept by
+    the chunk cache and dropped together: every one of their blocks serves the next
+    such read (the cache once kept 64 blocks, whatever their size)."""
+    n, size = 250, 256 << 10
+    first = [hugeblock.buffer(size) for _ in range(n)]
+    for b in first:
+        b[::4096] = 7
+    del first, b
+    again = [hugeblock.buffer(size) for _ in range(n)]
+    assert sum(bool((b[::4096] == 7).all()) for b in again) == n  # (fresh pages: zero)
+
+
 def test_buffers_of_any_size_come_from_blocks_and_freed_ones_are_reused():
     a = hugeblock.buffer(300_000)
     assert (a.shape, a.dtype, a.flags.writeable) == ((300_000,), np.uint8, True)

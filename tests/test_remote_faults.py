@@ -276,6 +276,30 @@ def test_a_streamed_read_holds_at_most_its_window_ahead_of_the_caller(files):
     assert server.stats()["max in flight"] <= 5
 
 
+def test_streamed_values_are_read_only_views_of_their_own_and_get_gives_bytes(tmp_path):
+    """Bodies of 256 KiB and more land in buffers of their own: a streamed read hands
+    them over as read-only views (not copied into bytes), each of its own buffer; small
+    ones and get() are bytes."""
+    rng = np.random.default_rng(5)
+    sizes = {"a": 262_144, "b": 300_001, "c": 1000, "d": 262_144}
+    blobs = {k: rng.integers(0, 256, n, np.uint8).tobytes() for k, n in sizes.items()}
+    for k, blob in blobs.items():
+        (tmp_path / k).write_bytes(blob)
+    with FaultServer(str(tmp_path), latency=0.005) as server:
+        store = _store(server)
+        got = dict(store.iter_get_many_if(list(blobs), {}))
+        values = {k: got[i] for i, k in enumerate(blobs)}
+        for k, value in values.items():
+            assert value is not None and bytes(value) == blobs[k]
+            assert isinstance(value, bytes) == (sizes[k] < 262_144), k
+        big = [v for v in values.values() if isinstance(v, memoryview)]
+        assert len(big) == 3 and all(v.readonly for v in big)
+        arrays = [np.frombuffer(v, np.uint8) for v in big]
+        assert not any(np.shares_memory(x, y) for i, x in enumerate(arrays)
+                       for y in arrays[i + 1:])
+        assert isinstance(store.get("a"), bytes) and store.get("a") == blobs["a"]
+
+
 def test_whole_values_smaller_than_their_estimates_are_requested_together(tmp_path):
     """Shard files estimated by their decoded bytes (jpeg: seven times the file): once
     the first answer gives its true size, the others' estimates shrink alike and they

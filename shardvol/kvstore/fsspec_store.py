@@ -247,7 +247,15 @@ class FsspecStore(KVStore):
         return f"{self.root}/{check_key(key)}"
 
     def _finish(self, key: str, byte_range: ByteRange | None, result) -> bytes | None:
-        """Turn one fetched result (bytes or exception) into the contract's answer."""
+        """Turn one fetched result (bytes or exception) into the contract's answer, bytes."""
+        value = self._answer(key, byte_range, result)
+        return None if value is None else bytes(value)
+
+    def _answer(self, key: str, byte_range: ByteRange | None,
+                result) -> bytes | memoryview | None:
+        """:meth:`_finish`'s answer, where a body received into a buffer of its own is a
+        read-only view of it (streamed reads: bytes would copy every chunk, holding the
+        GIL)."""
         if isinstance(result, FileNotFoundError):
             return None
         if isinstance(result, ByteRangeError):
@@ -264,7 +272,7 @@ class FsspecStore(KVStore):
                     f"byte range {byte_range} of {key!r} is past its end"
                 ) from result
             raise StoreError(f"cannot read {key!r} from {self.url}: {result}") from result
-        data = bytes(result)
+        data = result if isinstance(result, bytes) else memoryview(result).toreadonly()
         if byte_range is None:
             return data
         start, stop = byte_range
@@ -390,13 +398,13 @@ class FsspecStore(KVStore):
     def _iter_fetch(
         self, reqs: list[tuple[str, ByteRange | None]], versions: Mapping[str, Hashable | None],
         window: int, sizes: Sequence[int | None] | None,
-    ) -> Iterator[tuple[int, bytes | None, Hashable | None]]:
+    ) -> Iterator[tuple[int, bytes | memoryview | None, Hashable | None]]:
         ops = [_ignoring_arrivals(self._fetch_one(k, r, versions.get(k))) for k, r in reqs]
         estimates = [_size_of(r) if s is None else s
                      for (_, r), s in zip(reqs, sizes or [None] * len(reqs))]
         for i, got, _ in _stream(self._loop, ops, estimates, window):
             res, version = cast("tuple[Any, Hashable | None]", got)
-            yield i, self._finish(reqs[i][0], reqs[i][1], res), version
+            yield i, self._answer(reqs[i][0], reqs[i][1], res), version
 
     def _fetch(self, reqs: list[tuple[str, ByteRange | None]],
                versions: Mapping[str, Hashable | None]) -> list[tuple[Any, Hashable | None]]:

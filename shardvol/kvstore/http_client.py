@@ -35,6 +35,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from urllib.parse import urljoin, urlsplit
 
+from shardvol._ext import hugeblock
 from shardvol.errors import StoreError
 from shardvol.kvstore.arriving import Arriving
 
@@ -134,10 +135,10 @@ class Answer:
             result: bytes | memoryview = bytes(body)
         elif self._length is None:
             result = bytes(await conn.read_to_end(self.url))
-        elif self._length <= _SCRATCH:
+        elif self._length < hugeblock.MIN_BYTES:
             result = await conn.read_bytes(self._length, self.url)
-        else:
-            result = memoryview(bytearray(self._length))
+        else:  # (a block: its pages are reused, not faulted in anew for each body)
+            result = hugeblock.buffer(self._length).data
             await self.read_into(result)
         self.complete = True
         return result
