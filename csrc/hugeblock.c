@@ -152,7 +152,7 @@ void *sv_hugeblock_alloc(size_t size, size_t *capacity) {
         found = cache[best].block;
         *capacity = cache[best].capacity;
         cached_bytes -= cache[best].capacity;
-        for (size_t i = best + 1; i < cached_count; ++i) cache[i - 1] = cache[i];
+        memmove(cache + best, cache + best + 1, (cached_count - best - 1) * sizeof *cache);
         --cached_count;
     }
     pthread_mutex_unlock(&cache_lock);
@@ -176,29 +176,39 @@ static size_t cache_limit(void) {
     return limit;
 }
 
+/* Blocks unmapped at most per turn of sv_hugeblock_free's lock. */
+#define EVICT_BATCH 32
+
 void sv_hugeblock_free(void *block, size_t capacity) {
     if (block == NULL) return;
-    slot evicted[CACHE_SLOTS];
-    size_t n_evicted = 0;
     const size_t limit = cache_limit();
-    int keep = capacity <= limit;
-    if (keep) {
-        pthread_mutex_lock(&cache_lock);
-        /* make room: the oldest blocks go first */
-        while (cached_count == CACHE_SLOTS || cached_bytes + capacity > limit) {
-            evicted[n_evicted++] = cache[0];
-            cached_bytes -= cache[0].capacity;
-            for (size_t i = 1; i < cached_count; ++i) cache[i - 1] = cache[i];
-            --cached_count;
-        }
-        cache[cached_count].block = block;
-        cache[cached_count].capacity = capacity;
-        ++cached_count;
-        cached_bytes += capacity;
-        pthread_mutex_unlock(&cache_lock);
+    if (capacity > limit) {
+        munmap(block, capacity);
+        return;
     }
-    for (size_t i = 0; i < n_evicted; ++i) munmap(evicted[i].block, evicted[i].capacity);
-    if (!keep) munmap(block, capacity);
+    /* make room, the oldest blocks first, unmapped outside the lock a batch at a time */
+    for (int kept = 0; !kept;) {
+        slot evicted[EVICT_BATCH];
+        size_t n = 0, bytes;
+        pthread_mutex_lock(&cache_lock);
+        bytes = cached_bytes;
+        while (n < EVICT_BATCH && (cached_count - n == CACHE_SLOTS || bytes + capacity > limit)) {
+            evicted[n] = cache[n];
+            bytes -= cache[n++].capacity;
+        }
+        memmove(cache, cache + n, (cached_count - n) * sizeof *cache);
+        cached_count -= n;
+        cached_bytes = bytes;
+        kept = cached_count < CACHE_SLOTS && cached_bytes + capacity <= limit;
+        if (kept) {
+            cache[cached_count].block = block;
+            cache[cached_count].capacity = capacity;
+            ++cached_count;
+            cached_bytes += capacity;
+        }
+        pthread_mutex_unlock(&cache_lock);
+        for (size_t i = 0; i < n; ++i) munmap(evicted[i].block, evicted[i].capacity);
+    }
 }
 
 #if defined(__linux__) && !defined(MADV_POPULATE_WRITE)

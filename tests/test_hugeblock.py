@@ -13,6 +13,7 @@ import pytest
 
 from shardvol import Volume
 from shardvol._ext import hugeblock
+from tests.c_checkers import run_checker
 
 PAGE = 2 << 20
 
@@ -143,6 +144,15 @@ def test_hundreds_of_chunk_buffers_dropped_together_are_all_reused():
     del first, b
     again = [hugeblock.buffer(size) for _ in range(n)]
     assert sum(bool((b[::4096] == 7).all()) for b in again) == n  # (fresh pages: zero)
+
+
+def test_c_cache_checker(tmp_path):
+    """tests/c/check_hugeblock.c under ASan and UBSan: four threads allocate, stamp, check
+    and free blocks of random sizes (a live block is never handed out again), then more
+    freed blocks than the cache keeps, and one that evicts hundreds of them."""
+    out = run_checker(tmp_path, "check_hugeblock", ["hugeblock.c"], ["3000"], libs=("pthread",),
+                      sanitize=True)
+    assert out.strip() == "ok 3000 rounds", out
 
 
 def test_buffers_of_any_size_come_from_blocks_and_freed_ones_are_reused():

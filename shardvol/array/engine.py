@@ -447,10 +447,9 @@ class ChunkedArray:
         if versions is not None and self.cache is not None:
             # (a claimed chunk: cached, then its claim ends, so that reads waiting for it
             # need not wait for the rest of this read)
-            if blob is not None:  # (into a block: kept, then reused, not faulted in anew)
-                shape = self.encoded_shape(p.coord)
-                chunk = self.codec.decode(blob, shape, self.dtype, context=context,
-                                          out=hugeblock.empty(shape, self.dtype, self.order))
+            if blob is not None:
+                chunk = self.codec.decode(blob, self.encoded_shape(p.coord), self.dtype,
+                                          context=context)
                 self.cache.put(p.coord, chunk, versions[p.coord])
                 self.cache.release([p.coord])
                 view[...] = chunk[p.chunk_sel]

@@ -277,8 +277,8 @@ class FsspecStore(KVStore):
             return data
         start, stop = byte_range
         if start < 0:
-            if len(data) > -start:  # server ignored Range and sent it all
-                data = data[start:]
+            if len(data) > -start:  # server ignored Range and sent it all (copied: a view
+                data = bytes(data[start:])  # would keep the whole value)
             if len(data) != -start:
                 raise ByteRangeError(
                     f"suffix of {-start} bytes requested from {key!r}, which has only {len(data)}"
@@ -288,7 +288,7 @@ class FsspecStore(KVStore):
             return data
         want = stop - start
         if len(data) > want and len(data) >= stop:  # server ignored Range and sent it all
-            data = data[start:stop]
+            data = bytes(data[start:stop])
         if len(data) != want:
             raise ByteRangeError(
                 f"byte range [{start}, {stop}) of {key!r} reaches past its end "

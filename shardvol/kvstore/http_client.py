@@ -135,7 +135,7 @@ class Answer:
             result: bytes | memoryview = bytes(body)
         elif self._length is None:
             result = bytes(await conn.read_to_end(self.url))
-        elif self._length < hugeblock.MIN_BYTES:
+        elif self._length < hugeblock.MIN_BYTES and self._length <= _SCRATCH:
             result = await conn.read_bytes(self._length, self.url)
         else:  # (a block: its pages are reused, not faulted in anew for each body)
             result = hugeblock.buffer(self._length).data

@@ -393,4 +393,6 @@ def requested_bytes(
         return ByteRangeError(f"byte range [{start}, {stop}) of {url} is past its end")
     if start < first or stop > end:
         return StoreError(f"{url}: response holds bytes [{first}, {end}), not [{start}, {stop})")
-    return body[start - first : stop - first]
+    part = body[start - first : stop - first]
+    # (part of a body received into its own buffer: copied, else the view keeps all of it)
+    return part if isinstance(part, bytes) or len(part) == len(body) else bytes(part)

@@ -26,7 +26,7 @@ import crc32c as _crc32c
 import imagecodecs
 import numpy as np
 
-from shardvol._ext import transpose
+from shardvol._ext import hugeblock, transpose
 from shardvol._ext.staging import staging_buffer
 from shardvol.array.values import is_fill
 from shardvol.compression import (
@@ -740,8 +740,8 @@ class CodecChain:
             elif out is not None:  # decode next to it, then one strided copy into it
                 raw_nbytes = staging_buffer(spec.nbytes)[: spec.nbytes]
                 result = raw_nbytes.view(spec.dtype).reshape(spec.shape)
-            else:
-                result = np.empty(spec.shape, spec.dtype)
+            else:  # (a large one in a block: its pages reused, see fortran_empty)
+                result = hugeblock.empty(spec.shape, spec.dtype)
             raw = result.reshape(-1).view(np.uint8)
             for i, codec in enumerate(reversed(self._bb)):
                 first = i == len(self._bb) - 1

@@ -100,9 +100,10 @@ _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 def jpeg_size(data: bytes | memoryview, where: str) -> tuple[int, int]:
     """(width, height) from a JPEG's frame header, without decoding."""
-    data = data if isinstance(data, bytes) else bytes(data)
+    if not isinstance(data, bytes):  # (a view of the header's bytes: no copy of the image)
+        data = memoryview(data).cast("B")
     if data[:2] != b"\xff\xd8":
-        raise ChunkDecodeError(f"{where}: not JPEG data (starts with {data[:4]!r})")
+        raise ChunkDecodeError(f"{where}: not JPEG data (starts with {bytes(data[:4])!r})")
     i = 2
     while i + 4 <= len(data):
         if data[i] != 0xFF:

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from shardvol._ext import hugeblock
 from shardvol.errors import ChunkEncodeError, InvalidArgumentError, UnsupportedCodecError
 
 Shape4 = tuple[int, int, int, int]
@@ -232,8 +233,10 @@ def _region_origin(region: tuple[slice, ...], shape: Shape4) -> Shape4:
 
 
 def fortran_empty(shape: Shape4, dtype: np.dtype) -> np.ndarray:
-    """A new uninitialised Fortran-ordered array."""
-    return np.empty(shape, dtype=dtype, order="F")
+    """A new uninitialised Fortran-ordered array; a large one in a block of hugeblock's
+    cache (decoded chunks come and go by the hundred: their pages are reused, not faulted
+    in anew; 24 remote cutouts took 12 thousand faults a round in new arrays)."""
+    return hugeblock.empty(shape, dtype, order="F")
 
 
 def deliver(decoded: np.ndarray, out: np.ndarray | None) -> np.ndarray:

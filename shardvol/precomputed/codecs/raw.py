@@ -13,7 +13,7 @@ import numpy as np
 from shardvol._ext import transpose
 from shardvol.compression import gzip_decompress, is_gzip
 from shardvol.errors import ChunkDecodeError
-from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4
+from shardvol.precomputed.codecs.base import ChunkEncoding, Shape4, fortran_empty
 
 RAW_DTYPES = frozenset(
     np.dtype(t)
@@ -44,7 +44,7 @@ class RawCodec(ChunkEncoding):
     ) -> np.ndarray:
         voxels = self._voxels(data, shape, where)
         if out is None:  # always a copy: never alias the caller's buffer
-            return np.array(voxels, dtype=self.dtype, order="F")
+            out = fortran_empty(shape, self.dtype)
         np.copyto(out, voxels, casting="equiv")
         return out
 
