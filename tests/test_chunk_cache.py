@@ -155,3 +155,20 @@ def test_chunks_read_whole_are_not_cached_once_they_take_half_the_cache(tmp_path
     one = (slice(32, 48), slice(0, 16), slice(0, 16))  # 1 chunk read whole: a quarter
     assert np.array_equal(vol[one], data[one])
     assert len(vol.cache) == 3
+
+
+def test_the_budget_counts_the_blocks_decoded_chunks_keep(tmp_path):
+    """Decoded chunks of 256 KiB or more live in blocks of whole 2 MiB pages above 2 MiB:
+    a chunk of 130^3 (2.2 MB) keeps 4 MiB, and the cache counts that, not its bytes."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 255, (260, 130, 130, 1), dtype=np.uint8)
+    t = ts_create(str(tmp_path / "v"), data_type="uint8", num_channels=1, size=[260, 130, 130],
+                  chunk_size=[130, 130, 130], encoding="raw")
+    t[...] = data
+    vol = Volume(str(tmp_path / "v"), cache_bytes=9 << 20)
+    assert vol.cache is not None
+    vol.cache.clear()
+    part = (slice(0, 260), slice(0, 130), slice(5, 6))  # both chunks, in part: cached
+    assert np.array_equal(vol[part], data[part])
+    assert len(vol.cache) == 2 and vol.cache.used == 2 * (4 << 20)
+    assert np.array_equal(vol[part], data[part])  # (from the cache)

@@ -155,6 +155,19 @@ def test_c_cache_checker(tmp_path):
     assert out.strip() == "ok 3000 rounds", out
 
 
+def test_the_footprint_of_an_array_is_the_block_it_keeps():
+    """A block is rounded up to 64 KiB units below 2 MiB, to 2 MiB units above: an array
+    (or any view of it) keeps all of it; other arrays keep their own bytes."""
+    odd = hugeblock.empty((130, 130, 130), np.uint8, order="F")  # 2,197,000 bytes
+    assert hugeblock.footprint(odd) == 4 << 20
+    assert hugeblock.footprint(odd[:10, :10, :10]) == 4 << 20
+    exact = hugeblock.empty((64, 64, 64), np.uint8)
+    assert hugeblock.footprint(exact) == exact.nbytes == 256 << 10
+    assert hugeblock.footprint(hugeblock.buffer(300_000)) == 5 * (64 << 10)
+    small = np.zeros((10, 10))
+    assert hugeblock.footprint(small) == small.nbytes
+
+
 def test_buffers_of_any_size_come_from_blocks_and_freed_ones_are_reused():
     a = hugeblock.buffer(300_000)
     assert (a.shape, a.dtype, a.flags.writeable) == ((300_000,), np.uint8, True)

@@ -22,7 +22,7 @@ cdef class _Block:
     """Owns one block; exports its first ``size`` bytes as a writable buffer."""
 
     cdef void *ptr
-    cdef size_t capacity
+    cdef readonly size_t capacity
     cdef Py_ssize_t size[1]
 
     def __getbuffer__(self, Py_buffer *view, int flags):
@@ -79,6 +79,15 @@ def buffer(size_t nbytes):
         raise MemoryError(f"cannot allocate {nbytes} bytes")
     block.size[0] = nbytes
     return np.frombuffer(block, np.uint8)
+
+
+def footprint(array):
+    """Bytes of memory ``array`` keeps: the capacity of the block it lives in (which may be
+    up to twice its bytes), else its own bytes."""
+    base = array
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    return base.capacity if isinstance(base, _Block) else array.nbytes
 
 
 def populate(array, Py_ssize_t start, Py_ssize_t stop):

@@ -7,7 +7,8 @@ process (:func:`shared_cache`), safe under threads.  Entries remember the versio
 storage unit (chunk file, shard) they were read from, where the store can tell it
 cheaply (local files); a unit found changed, by that check or by a read of the store
 (remote stores see a replaced shard when they read it), loses its entries, and writes
-through any handle drop the chunks they touch.
+through any handle drop the chunks they touch.  The budget counts the memory each chunk
+keeps: a decoded chunk in a hugeblock block counts the whole block.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shardvol._ext import hugeblock
 from shardvol.array.grid import ChunkCoord
 from shardvol.errors import InvalidArgumentError
 from shardvol.sizes import parse_bytes, physical_memory
@@ -77,7 +79,8 @@ class ChunkCache:
 
     @property
     def used(self) -> int:
-        """Bytes of the chunks held."""
+        """Bytes of memory the chunks held keep (a chunk in a hugeblock block counts the
+        block's capacity)."""
         return self._used
 
     def get(self, coord: ChunkCoord) -> Cached | None:
@@ -90,7 +93,7 @@ class ChunkCache:
     def put(self, coord: ChunkCoord, chunk: np.ndarray | None, version: Hashable | None) -> None:
         """Keep ``chunk`` (read-only from now on; None: absent), dropping the least recently
         used chunks to stay within the budget; a chunk larger than the budget is not kept."""
-        size = 0 if chunk is None else chunk.nbytes
+        size = 0 if chunk is None else hugeblock.footprint(chunk)
         if size > self.nbytes:
             return
         if chunk is not None:
@@ -171,7 +174,7 @@ class ChunkCache:
 
 
 def _size(entry: Cached) -> int:
-    return 0 if entry.chunk is None else entry.chunk.nbytes
+    return 0 if entry.chunk is None else hugeblock.footprint(entry.chunk)
 
 
 _ALL: weakref.WeakSet[ChunkCache] = weakref.WeakSet()
