@@ -7,6 +7,7 @@ left behind when one fails.  Oracles: boto3's view of the bucket
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 
 import numpy as np
@@ -78,6 +79,28 @@ def test_a_large_value_goes_up_in_parts_at_once(s3, proxy):
     head = _client(s3).head_object(Bucket=bucket[5:], Key="root/big")
     assert head["ETag"] == _md5_etag(data, PART)
     assert _client(s3).get_object(Bucket=bucket[5:], Key="root/big")["Body"].read() == data
+    assert _uploads_left(s3, bucket) == []
+
+
+def test_a_value_in_pieces_goes_up_in_parts_without_being_joined(s3, proxy, s3_transport):
+    """``set_parts`` and a conditional create of pieces whose bounds are not the parts'
+    (an encoded shard: index, then chunks): every part is the right bytes of the whole
+    (S3's ETag, made from its parts, is the one computed here), with pieces that are
+    bytes, memoryviews and numpy buffers, and one empty."""
+    bucket = new_bucket()
+    data = _data((11 << 20) + 12_345, 21)
+    cuts = [0, 10, 3 << 20, (3 << 20) + 1, (3 << 20) + 1, 9 << 20, len(data)]
+    arr = np.frombuffer(data, np.uint8)
+    pieces = [data[a:b] if i % 3 == 0 else memoryview(data)[a:b] if i % 3 == 1 else arr[a:b]
+              for i, (a, b) in enumerate(itertools.pairwise(cuts))]
+    store = _store(proxy, bucket, **S3_TRANSPORTS[s3_transport])
+    store.set_parts("pieces", pieces)
+    assert store.set_parts_if("created", pieces, None)
+    for key in ("pieces", "created"):
+        head = _client(s3).head_object(Bucket=bucket[5:], Key=f"root/{key}")
+        assert head["ETag"] == _md5_etag(data, PART)
+        body = _client(s3).get_object(Bucket=bucket[5:], Key=f"root/{key}")["Body"].read()
+        assert body == data
     assert _uploads_left(s3, bucket) == []
 
 

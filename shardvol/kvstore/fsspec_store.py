@@ -556,7 +556,7 @@ class FsspecStore(KVStore):
         direct = self._direct if self._s3 or size < self.multipart_threshold else None
         try:
             if self._multipart(key, size):
-                self._upload(path, parts[0] if len(parts) == 1 else b"".join(parts))
+                self._upload(path, parts)
                 return
             put: Callable[[], Awaitable[Any]]
             if direct is not None:
@@ -584,7 +584,7 @@ class FsspecStore(KVStore):
         written under a lease, small metadata, stay one PUT checked against the lease)."""
         return self._s3 and size >= self.multipart_threshold and key not in self._leases
 
-    def _upload(self, path: str, data: bytes | memoryview,
+    def _upload(self, path: str, data: Sequence[bytes | memoryview],
                 if_none_match: bool = False) -> str | None:
         """A multipart upload (see :mod:`shardvol.kvstore.s3_multipart`), through
         shardvol's client unless the store's requests take botocore."""
@@ -623,8 +623,7 @@ class FsspecStore(KVStore):
         try:
             if version is None:
                 if self._multipart(key, size):
-                    return self._upload(path, b"".join(parts),
-                                        if_none_match=True) is not None
+                    return self._upload(path, parts, if_none_match=True) is not None
                 return cas.create(path, body) is not None
             if self._s3 and size > _MAX_PUT:
                 raise StoreError(f"cannot replace {key!r} in {self.url} conditionally: "

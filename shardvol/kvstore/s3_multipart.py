@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shardvol.errors import InvalidArgumentError, StoreError
@@ -56,9 +57,10 @@ class PartCalls(Protocol):
     async def create(self) -> str:
         """A new upload; its id."""
 
-    async def part(self, upload_id: str, number: int, body: memoryview) -> dict[str, Any]:
-        """Part ``number`` sent; what the completion lists of it (``PartNumber``, ``ETag``,
-        a checksum)."""
+    async def part(self, upload_id: str, number: int,
+                   body: Sequence[memoryview]) -> dict[str, Any]:
+        """Part ``number`` (the concatenation of ``body``'s pieces) sent; what the
+        completion lists of it (``PartNumber``, ``ETag``, a checksum)."""
 
     async def complete(self, upload_id: str, parts: list[dict[str, Any]],
                        if_none_match: bool) -> str:
@@ -94,10 +96,11 @@ class BotocoreParts:
         return str((await self._call("create_multipart_upload",
                                      ChecksumAlgorithm="CRC32"))["UploadId"])
 
-    async def part(self, upload_id: str, number: int, body: memoryview) -> dict[str, Any]:
+    async def part(self, upload_id: str, number: int,
+                   body: Sequence[memoryview]) -> dict[str, Any]:
         # (botocore takes bytes: the part's copy lives while it is sent)
         out = await self._call("upload_part", UploadId=upload_id, PartNumber=number,
-                               Body=bytes(body), ChecksumAlgorithm="CRC32")
+                               Body=b"".join(body), ChecksumAlgorithm="CRC32")
         done = {"PartNumber": number, "ETag": out["ETag"]}
         if "ChecksumCRC32" in out:  # (S3 returns it; stores that ignore checksums may not)
             done["ChecksumCRC32"] = out["ChecksumCRC32"]
@@ -127,19 +130,22 @@ class BotocoreParts:
         return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
 
 
-async def upload(calls: PartCalls, requests: Requests, path: str, data: bytes | memoryview,
-                 part_size: int, if_none_match: bool = False) -> str | None:
-    """Write ``data`` at ``path`` by a multipart upload through ``calls``, its requests
+async def upload(calls: PartCalls, requests: Requests, path: str,
+                 data: Sequence[bytes | memoryview], part_size: int,
+                 if_none_match: bool = False) -> str | None:
+    """Write the concatenation of ``data`` (never joined: each part is sent as views of
+    the pieces it spans) at ``path`` by a multipart upload through ``calls``, its requests
     within ``requests``' budgets and retries; the new object's ETag, or None if
     ``if_none_match`` and the object existed."""
     upload_id = await requests.one(calls.create, f"S3 create_multipart_upload {path}")
-    bounds = part_bounds(len(data), part_size)
+    pieces = [v for v in (memoryview(p).cast("B") for p in data) if len(v)]
+    bounds = part_bounds(sum(len(p) for p in pieces), part_size)
     room = asyncio.Semaphore(PARTS_AT_ONCE)
-    view = memoryview(data).cast("B")
 
     async def send(number: int, start: int, stop: int) -> dict[str, Any]:
         async with room:
-            return await requests.one(lambda: calls.part(upload_id, number, view[start:stop]),
+            body = spanned(pieces, start, stop)
+            return await requests.one(lambda: calls.part(upload_id, number, body),
                                       f"S3 upload_part {number} of {len(bounds)} of {path}")
 
     completed = False
@@ -178,6 +184,19 @@ async def upload(calls: PartCalls, requests: Requests, path: str, data: bytes | 
                 aborting = asyncio.ensure_future(requests.one(
                     lambda: calls.abort(upload_id), f"S3 abort_multipart_upload {path}"))
                 await asyncio.shield(aborting)
+
+
+def spanned(pieces: Sequence[memoryview], start: int, stop: int) -> list[memoryview]:
+    """Views of bytes ``[start, stop)`` of the concatenation of ``pieces``."""
+    out, at = [], 0
+    for piece in pieces:
+        end = at + len(piece)
+        if end > start and at < stop:
+            out.append(piece[max(start - at, 0):min(stop, end) - at])
+        at = end
+        if at >= stop:
+            break
+    return out
 
 
 async def _etag_of(requests: Requests, calls: PartCalls, path: str) -> str | None:

@@ -159,10 +159,11 @@ class DirectParts:
         async with self._request("POST", [("uploads", "")]) as r:
             return _xml_field(bytes(await r.read()), "UploadId", self.path)
 
-    async def part(self, upload_id: str, number: int, body: memoryview) -> dict[str, Any]:
-        sha256 = await asyncio.get_running_loop().run_in_executor(None, payload_hash, [body])
+    async def part(self, upload_id: str, number: int,
+                   body: Sequence[memoryview]) -> dict[str, Any]:
+        sha256 = await asyncio.get_running_loop().run_in_executor(None, payload_hash, body)
         async with self._request("PUT", [("partNumber", str(number)), ("uploadId", upload_id)],
-                                 body=[body], sha256=sha256) as r:
+                                 body=body, sha256=sha256) as r:
             await r.read()
             etag = r.headers.get("etag")
         if not etag:
