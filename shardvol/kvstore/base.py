@@ -15,6 +15,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from shardvol._parallel import CarryingPool
 from shardvol.errors import (
@@ -107,6 +108,22 @@ def resolve_range(byte_range: ByteRange | None, size: int, key: str) -> tuple[in
             f"byte range [{start}, {stop}) of {key!r} reaches past its end ({size} bytes)"
         )
     return start, stop
+
+
+Piece = TypeVar("Piece", bytes, memoryview)
+
+
+def pieces_in_range(pieces: Iterable[Piece], start: int, stop: int) -> Iterator[Piece]:
+    """Slices of ``pieces`` that make up bytes ``[start, stop)`` of their concatenation,
+    in order (the pieces after ``stop`` are not taken)."""
+    at = 0
+    for piece in pieces:
+        end = at + len(piece)
+        if end > start and at < stop:
+            yield piece[max(start - at, 0) : min(stop, end) - at]
+        at = end
+        if at >= stop:
+            return
 
 
 def normalize_request(req: Request) -> tuple[str, ByteRange | None]:

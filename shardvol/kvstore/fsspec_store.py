@@ -255,7 +255,8 @@ class FsspecStore(KVStore):
                 result) -> bytes | memoryview | None:
         """:meth:`_finish`'s answer, where a body received into a buffer of its own is a
         read-only view of it (streamed reads: bytes would copy every chunk, holding the
-        GIL)."""
+        GIL).  Such a body holds the requested bytes only: a range cut out of a larger
+        answer was copied out already (versioned_reads.requested_bytes)."""
         if isinstance(result, FileNotFoundError):
             return None
         if isinstance(result, ByteRangeError):
@@ -277,8 +278,8 @@ class FsspecStore(KVStore):
             return data
         start, stop = byte_range
         if start < 0:
-            if len(data) > -start:  # server ignored Range and sent it all (copied: a view
-                data = bytes(data[start:])  # would keep the whole value)
+            if len(data) > -start:  # server ignored Range and sent it all
+                data = data[start:]
             if len(data) != -start:
                 raise ByteRangeError(
                     f"suffix of {-start} bytes requested from {key!r}, which has only {len(data)}"
@@ -288,7 +289,7 @@ class FsspecStore(KVStore):
             return data
         want = stop - start
         if len(data) > want and len(data) >= stop:  # server ignored Range and sent it all
-            data = bytes(data[start:stop])
+            data = data[start:stop]
         if len(data) != want:
             raise ByteRangeError(
                 f"byte range [{start}, {stop}) of {key!r} reaches past its end "

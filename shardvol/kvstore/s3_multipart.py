@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shardvol.errors import InvalidArgumentError, StoreError
+from shardvol.kvstore.base import pieces_in_range
 from shardvol.kvstore.conditional import CONFLICT, MISSING
 from shardvol.kvstore.remote import Requests
 from shardvol.kvstore.s3_conditional import call_kwargs
@@ -144,7 +145,7 @@ async def upload(calls: PartCalls, requests: Requests, path: str,
 
     async def send(number: int, start: int, stop: int) -> dict[str, Any]:
         async with room:
-            body = spanned(pieces, start, stop)
+            body = list(pieces_in_range(pieces, start, stop))
             return await requests.one(lambda: calls.part(upload_id, number, body),
                                       f"S3 upload_part {number} of {len(bounds)} of {path}")
 
@@ -184,19 +185,6 @@ async def upload(calls: PartCalls, requests: Requests, path: str,
                 aborting = asyncio.ensure_future(requests.one(
                     lambda: calls.abort(upload_id), f"S3 abort_multipart_upload {path}"))
                 await asyncio.shield(aborting)
-
-
-def spanned(pieces: Sequence[memoryview], start: int, stop: int) -> list[memoryview]:
-    """Views of bytes ``[start, stop)`` of the concatenation of ``pieces``."""
-    out, at = [], 0
-    for piece in pieces:
-        end = at + len(piece)
-        if end > start and at < stop:
-            out.append(piece[max(start - at, 0):min(stop, end) - at])
-        at = end
-        if at >= stop:
-            break
-    return out
 
 
 async def _etag_of(requests: Requests, calls: PartCalls, path: str) -> str | None:

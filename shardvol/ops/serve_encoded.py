@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from shardvol.compression import FILE_SUFFIXES
+from shardvol.kvstore.base import pieces_in_range
 
 #: The codings of sibling files the server serves, in the order it looks for them (those a
 #: browser can decode: Neuroglancer reads them as they are).
@@ -88,11 +89,5 @@ def inflated_size(f: BinaryIO) -> int:
 
 def send_range(f: BinaryIO, start: int, stop: int, write: Callable[[bytes], object]) -> None:
     """Write inflated bytes ``[start, stop)`` of the gzip file ``f``, piece by piece."""
-    at = 0
-    for piece in inflate(f):
-        end = at + len(piece)
-        if end > start and at < stop:
-            write(piece[max(start - at, 0) : min(stop, end) - at])
-        at = end
-        if at >= stop:
-            return
+    for piece in pieces_in_range(inflate(f), start, stop):
+        write(piece)
