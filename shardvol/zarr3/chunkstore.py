@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -137,9 +138,9 @@ class ZarrChunkStore(KVChunkStore[str]):
         return self.layout is not None
 
     def _check(self, coord: Sequence[int]) -> ChunkCoord:
-        coord = tuple(int(c) for c in coord)
-        if len(coord) != len(self.grid_shape) or not all(
-            0 <= c < g for c, g in zip(coord, self.grid_shape)
+        coord = tuple(map(int, coord))
+        if len(coord) != len(self.grid_shape) or not (
+            min(coord, default=0) >= 0 and all(map(operator.lt, coord, self.grid_shape))
         ):
             raise OutOfBoundsError(
                 f"chunk {coord} is outside the chunk grid {list(self.grid_shape)} of the array"
@@ -152,7 +153,7 @@ class ZarrChunkStore(KVChunkStore[str]):
 
     def _unit_key(self, coord: ChunkCoord) -> str:
         """:meth:`unit_of` a chunk inside the grid."""
-        outer = tuple(c // p for c, p in zip(coord, self._per_shard))
+        outer = tuple(map(operator.floordiv, coord, self._per_shard))
         key = self._unit_keys.get(outer)
         if key is None:
             if len(self._unit_keys) >= _UNIT_KEYS_CACHED:
@@ -177,7 +178,8 @@ class ZarrChunkStore(KVChunkStore[str]):
     def units(self, coords: Sequence[ChunkCoord]) -> dict[str, list[ChunkCoord]]:
         groups: dict[str, list[ChunkCoord]] = {}
         for coord in coords:
-            groups.setdefault(self.unit_of(coord), []).append(tuple(int(c) for c in coord))
+            coord = self._check(coord)
+            groups.setdefault(self._unit_key(coord), []).append(coord)
         return groups
 
     def all_units(self) -> Iterator[str]:

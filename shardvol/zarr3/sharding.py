@@ -13,6 +13,7 @@ chain: whole shards, nested sharding) and the chunk store's partial reads.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
@@ -206,7 +207,8 @@ class ShardLayout:
     def linear(self, coord: Sequence[int]) -> int:
         """Linear number (C order) within its shard of the inner chunk at ``coord``: its
         position in the shard, or in the array's inner chunk grid."""
-        return sum((c % p) * s for c, p, s in zip(coord, self.chunks_per_shard, self._strides))
+        return sum(map(operator.mul, map(operator.mod, coord, self.chunks_per_shard),
+                       self._strides))
 
     def slices(self, i: int) -> tuple[slice, ...]:
         """Region of inner chunk ``i`` in the shard array."""
