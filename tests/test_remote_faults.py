@@ -21,6 +21,7 @@ from shardvol.errors import StoreError, VersionChangedError
 from shardvol.kvstore.fsspec_store import FsspecStore
 from shardvol.kvstore.lease import lease_path
 from shardvol.precomputed import sharded
+from shardvol.sharding import reader as sharding_reader
 
 from .fault_server import FaultServer
 from .oracles import ts_create
@@ -344,20 +345,67 @@ def test_values_without_an_estimate_give_their_room_back(tmp_path):
         assert got == {0: VALUE[:1000], 1: VALUE[:600], 2: VALUE[:600]}
 
 
-def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path):
-    """The first read of a shard also reads the minishard indexes it did not need, in the
-    same round trip: a later read of other chunks of that shard is one request."""
+def _four_minishards(tmp_path, monkeypatch):
+    """A 64^3 volume of 16^3 chunks in 8 shards, each of 4 minishards of 2 chunks; remote
+    reads ask for each minishard index apart (not coalesced with the ones near it)."""
+    monkeypatch.setattr(sharding_reader, "REMOTE_COALESCE_GAP", 0)
     spec = {**ALIGNED, "preshift_bits": 1, "minishard_bits": 2, "shard_bits": 3}
     data = np.random.default_rng(5).integers(0, 255, (64, 64, 64, 1), dtype=np.uint8)
     _tensorstore_volume(tmp_path / "m", data, spec)
+    return data
+
+
+def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path, monkeypatch):
+    """The first read of a shard is followed by a fetch of the minishard indexes it did
+    not need: a later read of other chunks of that shard is one request."""
+    data = _four_minishards(tmp_path, monkeypatch)
     with FaultServer(str(tmp_path)) as server:
         vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True))
         a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
         b = (slice(16, 32), slice(16, 32), slice(16, 32))  # chunk (1, 1, 1): minishard 3
+        server.stats(reset=True)
         assert np.array_equal(vol[a], data[a])
+        # its shard index, minishard index and chunk, then the other three minishard indexes
+        deadline = time.monotonic() + 30
+        while server.stats()["requests"] < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.stats()["requests"] == 6
         server.stats(reset=True)
         assert np.array_equal(vol[b], data[b])
         assert server.stats()["requests"] == 1
+
+
+def test_the_first_read_of_a_remote_shard_does_not_wait_for_other_minishards(
+        tmp_path, monkeypatch):
+    """The shard's other minishard indexes are asked for once the read has its chunk: the
+    read returns while they hang (fetched with the one it needed, it waited 30 s)."""
+    data = _four_minishards(tmp_path, monkeypatch)
+    with FaultServer(str(tmp_path)) as server:
+        vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True))
+        a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
+        server.set(plan=["ok"] * 3 + ["hang"] * 3)  # the other minishard indexes hang
+        got = {}
+        reader = threading.Thread(target=lambda: got.update(a=vol[a]), daemon=True)
+        reader.start()
+        reader.join(timeout=10)
+        assert not reader.is_alive(), "the first read waits for minishard indexes it never used"
+        assert np.array_equal(got["a"], data[a])
+
+
+def test_a_read_needing_a_minishard_index_being_fetched_waits_for_it(tmp_path, monkeypatch):
+    """A read right after the first one needs a minishard index the background fetch is
+    reading: it waits for that answer rather than asking again."""
+    data = _four_minishards(tmp_path, monkeypatch)
+    with FaultServer(str(tmp_path), latency=0.1) as server:
+        vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True))
+        a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
+        b = (slice(16, 32), slice(16, 32), slice(16, 32))  # chunk (1, 1, 1): minishard 3
+        server.stats(reset=True)
+        assert np.array_equal(vol[a], data[a])
+        assert np.array_equal(vol[b], data[b])
+        # a: shard index, minishard index, chunk; the other three minishard indexes; b: its
+        # chunk
+        assert server.stats()["requests"] == 7
 
 
 def test_remote_writes_keep_many_uploads_in_flight(s3_proxy):
