@@ -247,6 +247,24 @@ def test_unbounded_reads_and_writes():
     np.testing.assert_array_equal(out, expected)
 
 
+def test_a_read_into_a_given_array_fills_every_element_of_it():
+    arr = make((6, 5), (4, 3), (2, 0), "int16", "F", fill=9)
+    value = np.random.default_rng(3).integers(0, 100, (6, 5)).astype(np.int16)
+    arr.write(sel(arr, (slice(2, 8), slice(0, 5))), value)
+    key = (slice(1, 7), slice(1, 5))  # x 1 lies outside the domain: the fill value
+    expected = np.full((6, 4), 9, np.int16)
+    expected[1:, :] = value[:5, 1:]
+    for _ in range(2):  # (the same array again, its old contents overwritten)
+        out = np.full((6, 4), -1, np.int16, order="F")
+        got = arr.read(sel(arr, key, bounded=False), out=out)
+        assert np.shares_memory(got, out)
+        np.testing.assert_array_equal(out, expected)
+    for wrong in (np.empty((6, 5), np.int16, order="F"), np.empty((6, 4), np.int32, order="F"),
+                  np.empty((6, 4), np.int16, order="C")):
+        with pytest.raises(InvalidArgumentError, match="cannot read a"):
+            arr.read(sel(arr, key, bounded=False), out=wrong)
+
+
 def test_dtype_and_shape_checks_write_nothing():
     arr = make((4, 4), (2, 2), (0, 0), "uint8", "F")
     with pytest.raises(InvalidArgumentError, match=r"values in \[-1, 0\] do not fit in uint8"):

@@ -9,6 +9,8 @@ retries or the deadline, then a StoreError that says what was tried.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -381,7 +383,8 @@ def test_the_first_read_of_a_remote_shard_does_not_wait_for_other_minishards(
     read returns while they hang (fetched with the one it needed, it waited 30 s)."""
     data = _four_minishards(tmp_path, monkeypatch)
     with FaultServer(str(tmp_path)) as server:
-        vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True))
+        # (no retries: the hanging requests end when the server does)
+        vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True, retries=0))
         a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
         server.set(plan=["ok"] * 3 + ["hang"] * 3)  # the other minishard indexes hang
         got = {}
@@ -390,6 +393,40 @@ def test_the_first_read_of_a_remote_shard_does_not_wait_for_other_minishards(
         reader.join(timeout=10)
         assert not reader.is_alive(), "the first read waits for minishard indexes it never used"
         assert np.array_equal(got["a"], data[a])
+    for fetch in threading.enumerate():  # (their requests must not outlive the test)
+        if fetch.name == "shardvol-minishard-indexes":
+            fetch.join(timeout=30)
+
+
+def test_an_exiting_interpreter_does_not_wait_for_the_minishard_indexes_fetched_after(
+        tmp_path, monkeypatch):
+    """A script that reads a chunk and ends exits while the fetch of its shard's other
+    minishard indexes hangs."""
+    data = _four_minishards(tmp_path, monkeypatch)
+    script = (
+        "import sys\n"
+        "from shardvol import Volume\n"
+        "from shardvol.kvstore.fsspec_store import FsspecStore\n"
+        "from shardvol.sharding import reader\n"
+        "reader.REMOTE_COALESCE_GAP = 0\n"
+        "vol = Volume(FsspecStore(sys.argv[1] + '/m', skip_instance_cache=True))\n"
+        "print('open', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "print(int(vol[0:16, 0:16, 0:16].sum()), flush=True)\n"
+    )
+    with FaultServer(str(tmp_path)) as server:
+        with subprocess.Popen([sys.executable, "-c", script, server.url], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) as child:
+            try:
+                assert child.stdout is not None and child.stdin is not None
+                assert child.stdout.readline() == "open\n"
+                server.set(plan=["ok"] * 3 + ["hang"] * 3)  # the other minishard indexes hang
+                child.stdin.write("\n")
+                child.stdin.flush()
+                assert child.wait(timeout=20) == 0, "the exit waited for the background fetch"
+                assert int(child.stdout.read()) == int(data[0:16, 0:16, 0:16].sum())
+            finally:
+                child.kill()
 
 
 def test_a_read_needing_a_minishard_index_being_fetched_waits_for_it(tmp_path, monkeypatch):

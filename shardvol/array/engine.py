@@ -169,18 +169,29 @@ class ChunkedArray:
 
     # ----------------------------------------------------------------- reading
     def read(
-        self, sel: tuple[AxisSelection, ...], order: Literal["C", "F"] | None = None
+        self, sel: tuple[AxisSelection, ...], order: Literal["C", "F"] | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         """The selected elements; dropped axes removed, in ``order`` (default: the array's
-        ``order``) memory layout."""
+        ``order``) memory layout; read into ``out`` if given (of the selection's full-rank
+        shape, the array's dtype, contiguous in ``order``: a buffer a caller reads again
+        and again, as a pyramid's slabs)."""
         shape = tuple(a.count for a in sel)
         inside = selection_in_domain(sel, self.grid)
-        try:
-            out = hugeblock.empty(shape, self.dtype, order=order or self.order)
-        except (MemoryError, OverflowError) as e:
-            raise InvalidArgumentError(
-                f"no memory for the {shape} array of {self.dtype} this read returns ({e})"
-            ) from None
+        layout = order or self.order
+        if out is not None:
+            if (out.shape != shape or out.dtype != self.dtype
+                    or not out.flags["F_CONTIGUOUS" if layout == "F" else "C_CONTIGUOUS"]):
+                raise InvalidArgumentError(
+                    f"cannot read a {shape} selection of {self.dtype} into an array of shape "
+                    f"{out.shape} and {out.dtype} (it must be {layout}-contiguous)")
+        else:
+            try:
+                out = hugeblock.empty(shape, self.dtype, order=layout)
+            except (MemoryError, OverflowError) as e:
+                raise InvalidArgumentError(
+                    f"no memory for the {shape} array of {self.dtype} this read returns ({e})"
+                ) from None
         if not inside:
             np.copyto(out, self.fill_value, casting="unsafe")  # as np.full does
         elif out.nbytes >= _POPULATE_BYTES and not self.store.remote:

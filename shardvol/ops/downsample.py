@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from shardvol._ext import hugeblock
 from shardvol._parallel import default_parallel
 from shardvol.array.buffered import BufferedChunkStore
 from shardvol.array.indexing import normalize_selection
@@ -231,12 +232,21 @@ def run_task(task: Task) -> int:
         return 0
     buffers = [BufferedChunkStore(v.chunk_store) for v in outs]
     arrays = [replace(v.chunked_array, store=b) for v, b in zip(outs, buffers)]
+    source = src.chunked_array
+    slabs = [(pieces, box) for pieces in _slab_boxes(task)
+             if (box := _source_box(pieces, task.factor, src.bounds)) is not None]
+    # the slabs are read into one block (a fresh one each, when larger than hugeblock's
+    # cache, was faulted in again: at 4 and 8 GiB, slabs of 512 MiB)
+    sels = [normalize_selection(_slices(box), source.grid.origin, source.grid.shape)
+            for _, box in slabs]
+    shapes = [tuple(a.count for a in sel) for sel in sels]
+    itemsize = source.dtype.itemsize
+    block = hugeblock.buffer(max(math.prod(s) * itemsize for s in shapes)) if slabs else None
     written = 0
-    for pieces in _slab_boxes(task):
-        box = _source_box(pieces, task.factor, src.bounds)
-        if box is None:
-            continue
-        data = src[_slices(box)]
+    for (pieces, box), sel, shape in zip(slabs, sels, shapes):
+        assert block is not None
+        data = block[:math.prod(shape) * itemsize].view(source.dtype).reshape(shape, order="F")
+        source.read(sel, order="F", out=data)
         mips = downsample_pyramid(data, task.factor, len(outs), task.method, phase=box[0])
         for k, (arr, piece, pooled) in enumerate(zip(arrays, pieces, mips), start=1):
             if any(a >= b for a, b in zip(*piece)):
