@@ -414,24 +414,26 @@ def test_an_exiting_interpreter_does_not_wait_for_the_minishard_indexes_fetched_
         "sys.stdin.readline()\n"
         "print(int(vol[0:16, 0:16, 0:16].sum()), flush=True)\n"
     )
-    with FaultServer(str(tmp_path)) as server:
-        with subprocess.Popen([sys.executable, "-c", script, server.url], text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) as child:
-            try:
-                assert child.stdout is not None and child.stdin is not None
-                assert child.stdout.readline() == "open\n"
-                server.set(plan=["ok"] * 3 + ["hang"] * 3)  # the other minishard indexes hang
-                child.stdin.write("\n")
-                child.stdin.flush()
-                assert child.wait(timeout=20) == 0, "the exit waited for the background fetch"
-                assert int(child.stdout.read()) == int(data[0:16, 0:16, 0:16].sum())
-            finally:
-                child.kill()
+    with FaultServer(str(tmp_path)) as server, subprocess.Popen(
+            [sys.executable, "-c", script, server.url], text=True, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE) as child:
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            assert child.stdout.readline() == "open\n"
+            server.set(plan=["ok"] * 3 + ["hang"] * 3)  # the other minishard indexes hang
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.wait(timeout=20) == 0, "the exit waited for the background fetch"
+            assert int(child.stdout.read()) == int(data[0:16, 0:16, 0:16].sum())
+        finally:
+            child.kill()
 
 
-def test_a_read_needing_a_minishard_index_being_fetched_waits_for_it(tmp_path, monkeypatch):
-    """A read right after the first one needs a minishard index the background fetch is
-    reading: it waits for that answer rather than asking again."""
+def test_a_read_needing_a_minishard_index_being_fetched_shares_its_request(
+        tmp_path, monkeypatch):
+    """A read right after the first one needs a minishard index the fetch after the first
+    is reading: it waits for the same answer (the store shares a GET in flight) rather
+    than asking again."""
     data = _four_minishards(tmp_path, monkeypatch)
     with FaultServer(str(tmp_path), latency=0.1) as server:
         vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True))
