@@ -377,6 +377,26 @@ def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path, monkey
         assert server.stats()["requests"] == 1
 
 
+def test_a_shard_without_versions_gets_its_other_minishards_with_the_first_read(
+        tmp_path, monkeypatch):
+    """Where the store has no version tokens, a fetch after the read could cache an old
+    file's minishard indexes after a writer's invalidate(): they come with the read."""
+    data = _four_minishards(tmp_path, monkeypatch)
+    with FaultServer(str(tmp_path), latency=0.1) as server:  # (a fetch after: not in yet)
+        vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True,
+                                 versioned_reads=False))
+        a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
+        b = (slice(16, 32), slice(16, 32), slice(16, 32))  # chunk (1, 1, 1): minishard 3
+        server.stats(reset=True)
+        assert np.array_equal(vol[a], data[a])
+        # its shard index, the four minishard indexes (all cached as it returns), its chunk
+        assert len(vol.chunk_store.reader.minishard_index_cache) == 4
+        assert server.stats()["requests"] == 6
+        server.stats(reset=True)
+        assert np.array_equal(vol[b], data[b])
+        assert server.stats()["requests"] == 1
+
+
 def test_the_first_read_of_a_remote_shard_does_not_wait_for_other_minishards(
         tmp_path, monkeypatch):
     """The shard's other minishard indexes are asked for once the read has its chunk: the

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
+from shardvol._parallel import carry
 from shardvol.compression import gzip_decompress
 from shardvol.errors import ByteRangeError, ShardFormatError, ShardvolError, VersionChangedError
 from shardvol.kvstore import KVStore, open_store
@@ -192,6 +193,8 @@ class ShardReader:
         self.coalesce_gap = int(coalesce_gap)
         self.max_read = int(max_read)
         self._ranges = RangeReader(self.store, self.coalesce_gap, self.max_read)
+        #: (file name, version, minishard) of the indexes fetched after reads, under way
+        self._fetching: set[tuple[str, Hashable | None, int]] = set()
 
     def __repr__(self) -> str:
         return f"ShardReader({self.store!r}, {self.spec})"
@@ -215,6 +218,7 @@ class ShardReader:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_listeners"] = []  # (the handles that listen live in this process)
+        state["_fetching"] = set()  # (the fetches under way, too)
         return state
 
     def on_replaced(self, listener: Callable[[str], None]) -> None:
@@ -529,56 +533,78 @@ class ShardReader:
                 by_shard.setdefault(id(shard), []).append(i)
         for idxs in by_shard.values():
             shard = wanted[idxs[0]][0]
-            ms = np.array([wanted[i][1] for i in idxs], dtype=np.intp)
+            asked = [wanted[i][1] for i in idxs]
+            more = ([] if self.store.local or (later is None and shard.version is not None)
+                    else self._other_minishards(shard, set(asked)))
+            if shard.version is not None:
+                if later is not None:
+                    later.extend((shard, m) for m in more)
+                more = []
+            # (a file without a version token: the others now, with these, as the key of a
+            # fetch after the read would not tell an old file's indexes from a new one's)
+            ms = np.array(asked + more, dtype=np.intp)
             ranges = check_minishard_ranges(shard.ranges, ms, shard.data_key).tolist()
-            for i, m, (start, end) in zip(idxs, ms.tolist(), ranges):
+            for n, (m, (start, end)) in enumerate(zip(ms.tolist(), ranges)):
+                i = idxs[n] if n < len(idxs) else -1  # (-1: cached only)
                 if start == end:
-                    out[i] = EMPTY_MINISHARD
+                    if i >= 0:
+                        out[i] = EMPTY_MINISHARD
                 else:
                     pos = shard.origin + start
                     pending.setdefault(shard.data_key, []).append(
                         (pos, pos + end - start, i, shard, m)
                     )
-            if later is not None and not self.store.local:
-                later.extend(self._other_minishards(shard, {wanted[i][1] for i in idxs}))
         if pending:
             self._fetch_minishard_indexes(pending, out)
         return out  # type: ignore[return-value]  # no None left: every slot is filled by now
 
-    def _other_minishards(self, shard: _Shard, asked: set[int]) -> list[tuple[_Shard, int]]:
+    def _other_minishards(self, shard: _Shard, asked: set[int]) -> list[int]:
         """Remote stores: the shard's minishard indexes a read did not ask for and that are
-        not cached, when the shard's hold at most ALL_MINISHARDS_BYTES and fit in the
-        cache: fetched once the read ends (see _fetch_later), later reads of the shard
-        take one round trip, not two."""
+        neither cached nor being fetched, when the shard's hold at most
+        ALL_MINISHARDS_BYTES and fit in the cache: fetched once the read ends (see
+        _fetch_later), later reads of the shard take one round trip, not two."""
         used = np.flatnonzero(shard.ranges[:, 1] != shard.ranges[:, 0])
         if not len(used) or len(used) > ALL_MINISHARDS_COUNT:
             return []
         if int((shard.ranges[used, 1] - shard.ranges[used, 0]).sum()) > ALL_MINISHARDS_BYTES:
             return []
         cache = self.minishard_index_cache
-        more = [(shard, m) for m in used.tolist() if m not in asked
-                and (shard.filename, shard.version, m) not in cache]
+        more = [m for m in used.tolist() if m not in asked
+                and (k := (shard.filename, shard.version, m)) not in cache
+                and k not in self._fetching]
         return more if len(more) + len(cache) <= cache.size else []
 
     def _fetch_later(self, later: Sequence[tuple[_Shard, int]]) -> None:
         """Fetch the minishard indexes ``later`` lists (a read's, now that it has ended)
-        into the cache, on a daemon thread.
+        into the cache, on a daemon thread, under the caller's limit of requests in
+        flight; only of files with version tokens (see _minishard_indexes).
 
         Fetched with the ones the read needed, their requests held up the read (the first
         chunk of a 1 GiB volume through S3 at 25 ms: 121-125 ms against 86-88): it waited
-        for the slowest of some 64 answers.  A read that asks for one of them meanwhile
-        shares its request (see FsspecStore); an interpreter that exits does not wait for
-        them.  A failed fetch only leaves them to the reads that need them."""
+        for the slowest of some 64 answers.  A read that needs one of them meanwhile asks
+        for it (sharing the request in flight if it asks for the same byte range, see
+        FsspecStore); the fetches after other reads leave them out.  An interpreter that
+        exits does not wait for them.  A failed fetch only leaves them to the reads that
+        need them."""
         if not later:
             return
+        items = list(later)
+        keys = {(shard.filename, shard.version, m) for shard, m in items}
+        self._fetching |= keys  # (one operation on a set: atomic, as the two below)
 
         def fetch() -> None:
             try:
-                self._minishard_indexes(list(later))  # (those cached meanwhile: not again)
+                self._minishard_indexes(items)  # (those cached meanwhile: not again)
             except (ShardvolError, Stale, OSError):
                 pass  # (the reads that need them read them, and report what is wrong)
+            finally:
+                self._fetching -= keys
 
-        threading.Thread(target=fetch, name="shardvol-minishard-indexes", daemon=True).start()
+        try:
+            threading.Thread(target=carry(fetch), name="shardvol-minishard-indexes",
+                             daemon=True).start()
+        except RuntimeError:  # (no thread to be had: at exit, at the process's limit)
+            self._fetching -= keys
 
     def _fetch_minishard_indexes(self, pending: dict, out: list) -> None:
         """Read and decode the minishard indexes of ``pending`` ({data file: [(start, stop,
