@@ -151,8 +151,11 @@ class ShardReader:
     name and minishard indexes by (file name, minishard); where stores have version
     tokens, the data positions of keys read before are kept too (up to 65,536 keys),
     so that reading them again skips the index lookups while their shard's cached index
-    has the same version.  ``max_value_size``: a gzip-encoded value inflating to more
-    bytes is a ShardFormatError (whatever it is, it is not such a value).
+    has the same version.  On remote stores, once a read has its data, the other minishard
+    indexes of the shards it touched are fetched in the background (up to 64 a shard), so
+    that later reads of those shards take one round trip.  ``max_value_size``: a
+    gzip-encoded value inflating to more bytes is a ShardFormatError (whatever it is, it
+    is not such a value).
 
     Where the store has version tokens (local files, memory, S3, HTTP), data read from a
     file that was replaced after its index was read is read again: another writer
