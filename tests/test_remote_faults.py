@@ -357,14 +357,17 @@ def _four_minishards(tmp_path, monkeypatch):
     return data
 
 
+CHUNK_A = (slice(0, 16), slice(0, 16), slice(0, 16))  # of _four_minishards: minishard 0
+CHUNK_B = (slice(16, 32), slice(16, 32), slice(16, 32))  # the same shard's minishard 3
+
+
 def test_a_remote_shard_touched_once_needs_one_round_trip_after(tmp_path, monkeypatch):
     """The first read of a shard is followed by a fetch of the minishard indexes it did
     not need: a later read of other chunks of that shard is one request."""
     data = _four_minishards(tmp_path, monkeypatch)
     with FaultServer(str(tmp_path)) as server:
         vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True))
-        a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
-        b = (slice(16, 32), slice(16, 32), slice(16, 32))  # chunk (1, 1, 1): minishard 3
+        a, b = CHUNK_A, CHUNK_B
         server.stats(reset=True)
         assert np.array_equal(vol[a], data[a])
         # its shard index, minishard index and chunk, then the other three minishard indexes
@@ -385,8 +388,7 @@ def test_a_shard_without_versions_gets_its_other_minishards_with_the_first_read(
     with FaultServer(str(tmp_path), latency=0.1) as server:  # (a fetch after: not in yet)
         vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True,
                                  versioned_reads=False))
-        a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
-        b = (slice(16, 32), slice(16, 32), slice(16, 32))  # chunk (1, 1, 1): minishard 3
+        a, b = CHUNK_A, CHUNK_B
         server.stats(reset=True)
         assert np.array_equal(vol[a], data[a])
         # its shard index, the four minishard indexes (all cached as it returns), its chunk
@@ -405,7 +407,7 @@ def test_the_first_read_of_a_remote_shard_does_not_wait_for_other_minishards(
     with FaultServer(str(tmp_path)) as server:
         # (no retries: the hanging requests end when the server does)
         vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True, retries=0))
-        a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
+        a = CHUNK_A
         server.set(plan=["ok"] * 3 + ["hang"] * 3)  # the other minishard indexes hang
         got = {}
         reader = threading.Thread(target=lambda: got.update(a=vol[a]), daemon=True)
@@ -457,8 +459,7 @@ def test_a_read_needing_a_minishard_index_being_fetched_shares_its_request(
     data = _four_minishards(tmp_path, monkeypatch)
     with FaultServer(str(tmp_path), latency=0.1) as server:
         vol = Volume(FsspecStore(server.url + "/m", skip_instance_cache=True))
-        a = (slice(0, 16), slice(0, 16), slice(0, 16))  # chunk (0, 0, 0): minishard 0
-        b = (slice(16, 32), slice(16, 32), slice(16, 32))  # chunk (1, 1, 1): minishard 3
+        a, b = CHUNK_A, CHUNK_B
         server.stats(reset=True)
         assert np.array_equal(vol[a], data[a])
         assert np.array_equal(vol[b], data[b])

@@ -230,22 +230,23 @@ def run_task(task: Task) -> int:
         if all(a < b for a, b in zip(*r))
     ):
         return 0
-    buffers = [BufferedChunkStore(v.chunk_store) for v in outs]
-    arrays = [replace(v.chunked_array, store=b) for v, b in zip(outs, buffers)]
     source = src.chunked_array
     slabs = [(pieces, box) for pieces in _slab_boxes(task)
              if (box := _source_box(pieces, task.factor, src.bounds)) is not None]
+    if not slabs:
+        return 0
     # the slabs are read into one block (a fresh one each, when larger than hugeblock's
     # cache, was faulted in again: at 4 and 8 GiB, slabs of 512 MiB)
     sels = [normalize_selection(_slices(box), source.grid.origin, source.grid.shape)
             for _, box in slabs]
     shapes = [tuple(a.count for a in sel) for sel in sels]
-    itemsize = source.dtype.itemsize
-    block = hugeblock.buffer(max(math.prod(s) * itemsize for s in shapes)) if slabs else None
+    sizes = [math.prod(shape) * source.dtype.itemsize for shape in shapes]
+    block = hugeblock.buffer(max(sizes))
+    buffers = [BufferedChunkStore(v.chunk_store) for v in outs]
+    arrays = [replace(v.chunked_array, store=b) for v, b in zip(outs, buffers)]
     written = 0
-    for (pieces, box), sel, shape in zip(slabs, sels, shapes):
-        assert block is not None
-        data = block[:math.prod(shape) * itemsize].view(source.dtype).reshape(shape, order="F")
+    for (pieces, box), sel, shape, size in zip(slabs, sels, shapes, sizes):
+        data = block[:size].view(source.dtype).reshape(shape, order="F")
         source.read(sel, order="F", out=data)
         mips = downsample_pyramid(data, task.factor, len(outs), task.method, phase=box[0])
         for k, (arr, piece, pooled) in enumerate(zip(arrays, pieces, mips), start=1):

@@ -537,14 +537,13 @@ class ShardReader:
         for idxs in by_shard.values():
             shard = wanted[idxs[0]][0]
             asked = [wanted[i][1] for i in idxs]
-            more = ([] if self.store.local or (later is None and shard.version is not None)
-                    else self._other_minishards(shard, set(asked)))
-            if shard.version is not None:
-                if later is not None:
-                    later.extend((shard, m) for m in more)
-                more = []
-            # (a file without a version token: the others now, with these, as the key of a
-            # fetch after the read would not tell an old file's indexes from a new one's)
+            more: list[int] = []
+            if not self.store.local:
+                if shard.version is None:  # (the others now, with these: the key of a fetch
+                    # after the read would not tell an old file's indexes from a new one's)
+                    more = self._other_minishards(shard, set(asked))
+                elif later is not None:
+                    later.extend((shard, m) for m in self._other_minishards(shard, set(asked)))
             ms = np.array(asked + more, dtype=np.intp)
             ranges = check_minishard_ranges(shard.ranges, ms, shard.data_key).tolist()
             for n, (m, (start, end)) in enumerate(zip(ms.tolist(), ranges)):
