@@ -5,6 +5,9 @@ read (the unit's version), remotely once a read of the store finds the unit repl
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -159,16 +162,26 @@ def test_chunks_read_whole_are_not_cached_once_they_take_half_the_cache(tmp_path
 
 def test_the_budget_counts_the_blocks_decoded_chunks_keep(tmp_path):
     """Decoded chunks of 256 KiB or more live in blocks of whole 2 MiB pages above 2 MiB:
-    a chunk of 130^3 (2.2 MB) keeps 4 MiB, and the cache counts that, not its bytes."""
+    a chunk of 130^3 (2.2 MB) keeps 4 MiB, and the cache counts that, not its bytes.  (Read
+    in a fresh process: a freed block other tests left in hugeblock's cache would serve a
+    chunk with its own, larger capacity.)"""
     rng = np.random.default_rng(3)
     data = rng.integers(0, 255, (260, 130, 130, 1), dtype=np.uint8)
     t = ts_create(str(tmp_path / "v"), data_type="uint8", num_channels=1, size=[260, 130, 130],
                   chunk_size=[130, 130, 130], encoding="raw")
     t[...] = data
-    vol = Volume(str(tmp_path / "v"), cache_bytes=9 << 20)
-    assert vol.cache is not None
-    vol.cache.clear()
-    part = (slice(0, 260), slice(0, 130), slice(5, 6))  # both chunks, in part: cached
-    assert np.array_equal(vol[part], data[part])
-    assert len(vol.cache) == 2 and vol.cache.used == 2 * (4 << 20)
-    assert np.array_equal(vol[part], data[part])  # (from the cache)
+    np.save(tmp_path / "data.npy", data)
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from shardvol import Volume\n"
+        "data = np.load(sys.argv[1] + '/data.npy')\n"
+        "vol = Volume(sys.argv[1] + '/v', cache_bytes=9 << 20)\n"
+        "part = (slice(0, 260), slice(0, 130), slice(5, 6))  # both chunks, in part: cached\n"
+        "assert np.array_equal(vol[part], data[part])\n"
+        "assert len(vol.cache) == 2 and vol.cache.used == 2 * (4 << 20), vol.cache.used\n"
+        "assert np.array_equal(vol[part], data[part])  # (from the cache)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
